@@ -1,0 +1,66 @@
+"""The ``rdk-theory`` command line.
+
+Core sub-commands (``acceptance``, ``sample``, ``report``) live in the core. The packages built
+on it contribute more through the entry-point group ``rdk_theory.commands``: each entry point is
+a callable ``register(subparsers)`` that adds one sub-parser and sets ``func`` on it; ``func(args)``
+returns the exit status. The core never imports those packages by name.
+
+Bad input anywhere raises :class:`rdk_theory.validation.InputError`; ``main`` prints it as one
+line ``error: ...`` on stderr and exits with status 2 (no traceback).
+"""
+from __future__ import annotations
+
+import argparse
+import sys
+from importlib.metadata import entry_points
+
+from .validation import InputError
+
+EXIT_BAD_INPUT = 2
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="rdk-theory",
+        description=(
+            "Acceptance calculators, lossless samplers, proofs-as-code and validation for "
+            "speculative sampling with pruned or mismatched drafter vocabularies "
+            "(vanilla, TLI, exact RDK, first-order RDK)."
+        ),
+        epilog="Run 'rdk-theory COMMAND --help' for the options and an example of each command.",
+    )
+    sub = parser.add_subparsers(dest="command", metavar="COMMAND")
+    from . import commands  # the core's own sub-commands
+
+    commands.register_all(sub)
+    for ep in sorted(entry_points(group="rdk_theory.commands"), key=lambda e: e.name):
+        try:
+            register = ep.load()
+        except ImportError as exc:  # a plugin whose optional dependencies are missing
+            print(f"warning: command '{ep.name}' unavailable: {exc}", file=sys.stderr)
+            continue
+        register(sub)
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    if not getattr(args, "func", None):
+        parser.print_help()
+        return EXIT_BAD_INPUT
+    try:
+        return int(args.func(args) or 0)
+    except InputError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return EXIT_BAD_INPUT
+    except FileNotFoundError as exc:
+        print(f"error: file not found: {exc.filename or exc}", file=sys.stderr)
+        return EXIT_BAD_INPUT
+    except KeyboardInterrupt:
+        print("error: interrupted", file=sys.stderr)
+        return 130
+
+
+if __name__ == "__main__":  # pragma: no cover
+    sys.exit(main())
