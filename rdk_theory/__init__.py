@@ -1,0 +1,35 @@
+"""rdk-theory: exact acceptance calculators and lossless samplers for speculative sampling with
+pruned or mismatched drafter vocabularies (vanilla, TLI, exact RDK, first-order RDK).
+
+Notation (MATH.md): ``p`` target law over ``T``, ``q`` drafter law over ``D``, ``I`` the target
+ids reachable from the drafter, ``r`` a proposal, ``alpha(p, r) = sum_x min(p(x), r(x))``.
+"""
+from .acceptance import acceptance_rate, oov_cap, residual, step_output_law, total_variation
+from .first_order import FirstOrderCovarianceKernel
+from .kernels import (
+    DenseKernel,
+    IdentityKernel,
+    MarginalKernel,
+    SparseKernel,
+    as_kernel,
+    calibration_covariance,
+    cosine_affinity,
+    covariance_affinity,
+    covariance_softmax_kernel,
+    sparse_topk_kernel,
+)
+from .proposals import SAMPLERS, build_proposals, rdk_proposal, tli_proposal, vanilla_proposal
+from .sampling import emitted_counts, sample_steps, verify_step
+from .validation import InputError
+from .vocab import VocabMap, keep_most_frequent
+
+__version__ = "0.1.0"
+
+__all__ = [
+    "SAMPLERS", "DenseKernel", "FirstOrderCovarianceKernel", "IdentityKernel", "InputError",
+    "MarginalKernel", "SparseKernel", "VocabMap", "acceptance_rate", "as_kernel",
+    "build_proposals", "calibration_covariance", "cosine_affinity", "covariance_affinity",
+    "covariance_softmax_kernel", "emitted_counts", "keep_most_frequent", "oov_cap",
+    "rdk_proposal", "residual", "sample_steps", "sparse_topk_kernel", "step_output_law",
+    "tli_proposal", "total_variation", "vanilla_proposal", "verify_step",
+]

@@ -1,0 +1,97 @@
+"""The few array operations the core needs, on numpy (float64 or exact ``Fraction`` object
+arrays) and torch (CPU or CUDA), so that each formula is written once.
+
+Numerical convention: a proposal may be sub-stochastic; divisions by a total mass that is zero
+are never performed (callers branch on the mass first), so no ``0/0`` appears on any backend.
+"""
+from __future__ import annotations
+
+import numpy as np
+
+
+def is_torch(x) -> bool:
+    return type(x).__module__.startswith("torch") and hasattr(x, "device")
+
+
+def is_exact(x) -> bool:
+    return isinstance(x, np.ndarray) and x.dtype == object
+
+
+def minimum(a, b):
+    if is_torch(a):
+        import torch
+
+        return torch.minimum(a, b)
+    return np.minimum(a, b)
+
+
+def positive_part(x):
+    """``max(x, 0)`` elementwise (exact zeros stay exact)."""
+    if is_torch(x):
+        return x.clamp_min(0)
+    if is_exact(x):
+        return np.array([v if v > 0 else 0 for v in x.reshape(-1)], dtype=object).reshape(x.shape)
+    return np.maximum(x, 0.0)
+
+
+def total(x, keepdims: bool = False):
+    """Sum over the last axis."""
+    if is_torch(x):
+        return x.sum(-1, keepdim=keepdims)
+    return x.sum(axis=-1, keepdims=keepdims)
+
+
+def zeros(like, shape):
+    """Zeros of ``shape`` with the dtype/device of ``like`` (exact 0 for Fraction arrays)."""
+    if is_torch(like):
+        import torch
+
+        return torch.zeros(shape, dtype=like.dtype, device=like.device)
+    if is_exact(like):
+        out = np.empty(shape, dtype=object)
+        out.fill(0)
+        return out
+    return np.zeros(shape, dtype=like.dtype if like.dtype.kind == "f" else np.float64)
+
+
+def scatter_last(values, index, size):
+    """Place ``values[..., j]`` at position ``index[j]`` of a new last axis of length ``size``.
+
+    ``index`` holds distinct ids; columns with ``index == -1`` are dropped.
+    """
+    keep = np.flatnonzero(np.asarray(index) >= 0)
+    dst_idx = np.asarray(index)[keep]
+    out = zeros(values, tuple(values.shape[:-1]) + (size,))
+    if is_torch(values):
+        import torch
+
+        k = torch.as_tensor(keep, device=values.device)
+        d = torch.as_tensor(dst_idx, device=values.device)
+        out[..., d] = values.index_select(-1, k)
+        return out
+    out[..., dst_idx] = values[..., keep]
+    return out
+
+
+def safe_divide(num, den):
+    """``num / den`` where ``den > 0``, else 0 (``den`` broadcasts; exact for Fractions)."""
+    if is_torch(num):
+        import torch
+
+        den_safe = torch.where(den > 0, den, torch.ones_like(den))
+        return torch.where(den > 0, num / den_safe, torch.zeros_like(num))
+    if is_exact(num):
+        den_b = np.broadcast_to(den, num.shape)
+        out = np.empty(num.shape, dtype=object)
+        for idx in np.ndindex(num.shape):
+            d = den_b[idx]
+            out[idx] = num[idx] / d if d > 0 else 0
+        return out
+    den_safe = np.where(den > 0, den, 1.0)
+    return np.where(den > 0, num / den_safe, 0.0)
+
+
+def to_numpy(x) -> np.ndarray:
+    if is_torch(x):
+        return x.detach().cpu().numpy()
+    return np.asarray(x)

@@ -1,0 +1,91 @@
+"""Acceptance rate, residual, exact output law of one verification step, and distances.
+
+For a target ``p`` and a proposal ``r`` over the target vocabulary (``r`` may be
+sub-stochastic: drafter mass on tokens the target lacks is always rejected) [3]:
+
+* ``alpha(p, r) = sum_x min(p(x), r(x))`` is the probability that the draft is accepted;
+* ``res = max(0, p - r) / sum_x max(0, p - r)`` is the residual drawn from on rejection;
+  it is undefined only when ``alpha = 1``, where it is never used and is returned as zeros;
+* the output law of one step is ``min(p, r) + (1 - alpha) res``, which equals ``p``
+  (Theorem L in MATH.md).
+
+All functions act on the last axis and broadcast over leading axes. They accept numpy float64,
+numpy object arrays of ``fractions.Fraction`` (exact, compare with ``==``) and torch tensors.
+"""
+from __future__ import annotations
+
+from . import _backend as B
+from .validation import InputError, as_prob_array
+
+
+def _check_pair(p, r, check: bool):
+    if not check:
+        return p, r
+    p = as_prob_array(p, "target_probs")
+    r = as_prob_array(r, "proposal", allow_sub_stochastic=True)
+    if p.shape[-1] != r.shape[-1]:
+        raise InputError(
+            f"target_probs and proposal must share the last axis (the target vocabulary): "
+            f"{p.shape[-1]} != {r.shape[-1]}"
+        )
+    return p, r
+
+
+def acceptance_rate(target_probs, proposal, *, check: bool = True):
+    """``alpha(p, r) = sum_x min(p(x), r(x))``, shape (...).
+
+    Parameters:
+      target_probs: ``p``, (..., N_T), sums to 1.
+      proposal: ``r``, (..., N_T), sums to at most 1.
+      check: validate the inputs (skip only in hot loops on trusted arrays).
+    """
+    p, r = _check_pair(target_probs, proposal, check)
+    return B.total(B.minimum(p, r))
+
+
+def residual(target_probs, proposal, *, check: bool = True):
+    """``max(0, p - r) / sum max(0, p - r)``; all zeros where ``alpha = 1`` (never used there)."""
+    p, r = _check_pair(target_probs, proposal, check)
+    excess = B.positive_part(p - r)
+    return B.safe_divide(excess, B.total(excess, keepdims=True))
+
+
+def step_output_law(target_probs, proposal, *, check: bool = True):
+    """Exact law of the token emitted by one verification step: ``min(p, r) + (1 - alpha) res``.
+
+    Computed from the step's own ingredients (accept branch plus reject branch), not from ``p``,
+    so that comparing it with ``p`` tests losslessness.
+    """
+    p, r = _check_pair(target_probs, proposal, check)
+    accepted = B.minimum(p, r)
+    alpha = B.total(accepted, keepdims=True)
+    return accepted + (1 - alpha) * residual(p, r, check=False)
+
+
+def total_variation(a, b, *, check: bool = True):
+    """``TV(a, b) = (1/2) sum_x |a(x) - b(x)|`` over the last axis."""
+    if check:
+        a = as_prob_array(a, "a", allow_sub_stochastic=True)
+        b = as_prob_array(b, "b", allow_sub_stochastic=True)
+        if a.shape[-1] != b.shape[-1]:
+            raise InputError(f"a and b must share the last axis: {a.shape[-1]} != {b.shape[-1]}")
+    d = a - b
+    return B.total(B.positive_part(d) + B.positive_part(-d)) / 2
+
+
+def oov_cap(target_probs, vocab_map, *, check: bool = True):
+    """``p(I)``: the target mass on tokens the drafter can propose; TLI's alpha never exceeds it.
+
+    Parameters:
+      target_probs: (..., N_T).
+      vocab_map: :class:`rdk_theory.vocab.VocabMap` with ``n_target == N_T``.
+    """
+    p = as_prob_array(target_probs, "target_probs") if check else target_probs
+    if p.shape[-1] != vocab_map.n_target:
+        raise InputError(f"target_probs has {p.shape[-1]} columns, vocab_map.n_target is {vocab_map.n_target}")
+    idx = vocab_map.intersection
+    if B.is_torch(p):
+        import torch
+
+        return p.index_select(-1, torch.as_tensor(idx, device=p.device)).sum(-1)
+    return B.total(p[..., idx])

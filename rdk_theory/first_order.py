@@ -1,0 +1,95 @@
+"""First-order RDK: an O(N) approximation of the covariance-softmax proposal ``M^T q'``.
+
+**[definition]** (MATH.md section 5; the paper's own O(N) formula is not available to this
+project). Write ``A = Omega / tau = diag(a) + B`` with ``B`` zero on the diagonal, and replace
+``exp(B_ij)`` by ``1 + B_ij`` for ``i != j``. Because the rows of ``Omega`` sum to 0,
+``Z_i ~= exp(a_i) + N - 1 - a_i`` and
+
+    q''(j) ~= q'(j) (exp(a_j) - 1) / Z_j + sum_i q'(i) / Z_i + (B^T (q' / Z))_j.
+
+``Omega = C^T C`` with ``C = (P_c - mu) / sqrt(S)`` of shape (S, N), so ``B^T v = C^T (C v) / tau
+- a v`` costs O(N S) and no N x N matrix is ever formed; a truncated rank ``r`` (top singular
+vectors of ``C``) makes it O(N r). Before clipping the vector sums to ``sum q'`` exactly;
+negative entries are clipped to 0 and the vector is renormalised. That final vector is what is
+sampled, divided by and used for the residual, so the step stays lossless. The error is second
+order in ``max |B_ij|`` and ``|alpha_exact - alpha_fo| <= TV(q''_exact, q''_fo)`` (Theorem E).
+
+The class has the kernel interface (``n``, ``transport``), so it is one pluggable implementation
+of "an approximation of ``M^T q'``"; another formula would be another class with ``transport``.
+"""
+from __future__ import annotations
+
+import numpy as np
+
+from . import _backend as B
+from .kernels import _DeviceCache
+from .validation import InputError, as_prob_array
+
+
+class FirstOrderCovarianceKernel:
+    """First-order approximation of the covariance-softmax kernel at temperature ``tau``.
+
+    Parameters:
+      calibration_probs: (S, N_T) calibration next-token distributions ``p_c``.
+      tau: softmax temperature (> 0); the approximation error shrinks as ``tau`` grows.
+      rank: optional truncation of ``C`` to its top ``rank`` singular directions.
+    """
+
+    def __init__(self, calibration_probs, tau: float, *, rank: int | None = None):
+        cal = as_prob_array(calibration_probs, "calibration_probs")
+        if cal.ndim != 2:
+            raise InputError(f"calibration_probs must be (S, N_T), got shape {cal.shape}")
+        if not tau > 0:
+            raise InputError(f"tau must be > 0, got {tau}")
+        s, n = cal.shape
+        c = (cal - cal.mean(axis=0)) / np.sqrt(s)  # (S, N): Omega = c.T @ c
+        if rank is not None:
+            if not 1 <= rank <= min(s, n):
+                raise InputError(f"rank must be in [1, {min(s, n)}], got {rank}")
+            u, sv, vt = np.linalg.svd(c, full_matrices=False)
+            c = sv[:rank, None] * vt[:rank]
+        self.factor = c
+        self.tau = float(tau)
+        self.n = int(n)
+        self.a = (c * c).sum(axis=0) / self.tau  # diag(Omega) / tau
+        self.z = np.exp(self.a) + (n - 1) - self.a
+        self.diag_coef = (np.exp(self.a) - 1) / self.z
+        self._torch = _DeviceCache()
+
+    @classmethod
+    def from_factor(cls, factor, tau: float):
+        """Build from a precomputed factor ``C`` (S or r, N) with ``Omega = C^T C``."""
+        obj = cls.__new__(cls)
+        c = np.asarray(factor, dtype=np.float64)
+        obj.factor, obj.tau, obj.n = c, float(tau), int(c.shape[1])
+        obj.a = (c * c).sum(axis=0) / obj.tau
+        obj.z = np.exp(obj.a) + (obj.n - 1) - obj.a
+        obj.diag_coef = (np.exp(obj.a) - 1) / obj.z
+        obj._torch = _DeviceCache()
+        return obj
+
+    def _arrays(self, like):
+        if B.is_torch(like):
+            g = self._torch.get
+            return (g("c", self.factor, like), g("a", self.a, like), g("z", self.z, like),
+                    g("d", self.diag_coef, like))
+        return self.factor, self.a, self.z, self.diag_coef
+
+    def transport_unclipped(self, q_prime):
+        """The first-order vector before clipping (sums to ``sum q'``; may hold negatives)."""
+        c, a, z, d = self._arrays(q_prime)
+        v = q_prime / z
+        omega_v = (v @ c.T) @ c  # (..., N): C^T (C v) for each row
+        b_t_v = omega_v / self.tau - a * v
+        return q_prime * d + B.total(v, keepdims=True) + b_t_v
+
+    def transport(self, q_prime):
+        """The first-order RDK proposal: clipped at 0 and renormalised to ``sum q'``."""
+        raw = B.positive_part(self.transport_unclipped(q_prime))
+        return B.safe_divide(raw, B.total(raw, keepdims=True)) * B.total(q_prime, keepdims=True)
+
+    def max_offdiag_affinity(self) -> float:
+        """``max_{i != j} |B_ij|`` (forms Omega: small N only, for error checks)."""
+        omega = self.factor.T @ self.factor / self.tau
+        np.fill_diagonal(omega, 0.0)
+        return float(np.abs(omega).max())

@@ -1,0 +1,280 @@
+"""Token-affinity kernels (MATH.md section 4).
+
+A kernel is a row-stochastic matrix ``M`` over the target vocabulary (row ``i``: where token
+``i``'s drafted mass goes). Every kernel object exposes
+
+* ``n``: the vocabulary size ``N_T`` (None for the size-agnostic identity);
+* ``transport(q_prime)``: ``M^T q'`` for ``q'`` of shape (..., N_T), on numpy float64, numpy
+  ``Fraction`` arrays (where the kernel is exact) or torch tensors;
+* ``row_sums()``: for checks.
+
+Any row-stochastic ``M`` keeps the verification step lossless (Theorem L). Provided:
+
+* :class:`IdentityKernel` (``M = I``: RDK reproduces TLI);
+* :class:`MarginalKernel` (**[definition, after the authors' later engineering code]**: rank one,
+  ``M = (1 - lam) I + lam 1 w^T`` with ``w`` the calibration mean renormalised on OOV; O(N));
+* :func:`covariance_softmax_kernel` (dense ``softmax(Omega / tau)`` row-wise, [1]; O(N^2));
+* :func:`sparse_topk_kernel` (top-k per row of any affinity, softmax-renormalised; O(N k));
+* :class:`DenseKernel` / :class:`SparseKernel` for a user's own matrix.
+"""
+from __future__ import annotations
+
+import numpy as np
+
+from . import _backend as B
+from .validation import InputError, as_prob_array, check_nonnegative, check_row_stochastic
+
+
+class _DeviceCache:
+    """Torch copies of numpy arrays, made once per (device, dtype)."""
+
+    def __init__(self):
+        self._cache = {}
+
+    def get(self, key, array, like):
+        import torch
+
+        k = (key, str(like.device), like.dtype)
+        if k not in self._cache:
+            self._cache[k] = torch.as_tensor(np.asarray(array), dtype=like.dtype, device=like.device)
+        return self._cache[k]
+
+
+class IdentityKernel:
+    """``M = I``: exact RDK with this kernel equals TLI (statement O3)."""
+
+    n = None
+
+    def transport(self, q_prime):
+        return q_prime
+
+    def row_sums(self):
+        return np.ones(1)
+
+
+class DenseKernel:
+    """A user-given dense row-stochastic matrix (N_T, N_T); float64 or ``Fraction`` entries."""
+
+    def __init__(self, matrix, *, check: bool = True, name: str = "kernel"):
+        m = matrix if (isinstance(matrix, np.ndarray) and matrix.dtype == object) else np.asarray(matrix, dtype=np.float64)
+        if m.ndim != 2 or m.shape[0] != m.shape[1]:
+            raise InputError(f"{name} must be a square (N_T, N_T) matrix, got shape {m.shape}")
+        if check:
+            check_nonnegative(m, name)
+            check_row_stochastic(m.sum(axis=1), name)
+        self.matrix = m
+        self.n = int(m.shape[0])
+        self._torch = _DeviceCache()
+
+    def transport(self, q_prime):
+        if B.is_torch(q_prime):
+            return q_prime @ self._torch.get("m", self.matrix, q_prime)
+        return q_prime @ self.matrix
+
+    def row_sums(self):
+        return self.matrix.sum(axis=1)
+
+
+class SparseKernel:
+    """A ``scipy.sparse`` row-stochastic matrix (N_T, N_T)."""
+
+    def __init__(self, matrix, *, check: bool = True, name: str = "kernel"):
+        import scipy.sparse as sp
+
+        if not sp.issparse(matrix):
+            raise InputError(f"{name} must be a scipy.sparse matrix")
+        m = sp.csr_matrix(matrix, dtype=np.float64)
+        if m.shape[0] != m.shape[1]:
+            raise InputError(f"{name} must be square, got shape {m.shape}")
+        if check:
+            check_nonnegative(m.data, name)
+            check_row_stochastic(np.asarray(m.sum(axis=1)).ravel(), name)
+        self.matrix = m
+        self.matrix_t = m.T.tocsr()
+        self.n = int(m.shape[0])
+        self._torch = {}
+
+    def transport(self, q_prime):
+        if B.is_torch(q_prime):
+            import torch
+
+            key = (str(q_prime.device), q_prime.dtype)
+            if key not in self._torch:
+                coo = self.matrix_t.tocoo()
+                idx = torch.as_tensor(np.vstack([coo.row, coo.col]), device=q_prime.device)
+                vals = torch.as_tensor(coo.data, dtype=q_prime.dtype, device=q_prime.device)
+                self._torch[key] = torch.sparse_coo_tensor(idx, vals, coo.shape).coalesce()
+            mt = self._torch[key]
+            flat = q_prime.reshape(-1, self.n).T  # (N, batch)
+            return torch.sparse.mm(mt, flat).T.reshape(q_prime.shape)
+        flat = np.asarray(q_prime).reshape(-1, self.n)
+        return np.asarray((self.matrix_t @ flat.T).T).reshape(q_prime.shape)
+
+    def row_sums(self):
+        return np.asarray(self.matrix.sum(axis=1)).ravel()
+
+
+class MarginalKernel:
+    """Rank-one kernel ``M = (1 - lam) I + lam 1 w^T``; ``M^T q' = (1 - lam) q' + lam q'(T) w``.
+
+    **[definition, after the authors' later engineering code]** With :meth:`from_calibration`,
+    ``w`` is the calibration mean ``mu`` restricted to OOV and renormalised. Cost O(N).
+
+    Parameters:
+      w: (N_T,) distribution (float64 or Fractions).
+      lam: mixing weight in [0, 1].
+    """
+
+    def __init__(self, w, lam):
+        w = as_prob_array(w, "w")
+        if w.ndim != 1:
+            raise InputError(f"w must be 1-D, got shape {w.shape}")
+        if not (0 <= lam <= 1):
+            raise InputError(f"lam must be in [0, 1], got {lam}")
+        self.w = w
+        self.lam = lam
+        self.n = int(w.shape[0])
+        self._torch = _DeviceCache()
+
+    @classmethod
+    def from_calibration(cls, calibration_probs, vocab_map, lam=None):
+        """``w = mu|_OOV / mu(OOV)`` from calibration rows ``p_c`` (S, N_T).
+
+        ``lam=None`` uses ``mu(OOV)``, the average target mass outside ``I`` (the mass TLI can
+        never place). When OOV is empty or carries no calibration mass, the kernel is the
+        identity (``lam = 0``).
+        """
+        cal = as_prob_array(calibration_probs, "calibration_probs")
+        if cal.ndim != 2 or cal.shape[1] != vocab_map.n_target:
+            raise InputError(
+                f"calibration_probs must be (S, {vocab_map.n_target}), got shape {cal.shape}"
+            )
+        mu = cal.mean(axis=0)
+        oov = vocab_map.oov
+        w = np.zeros(vocab_map.n_target)
+        mass = float(mu[oov].sum()) if oov.size else 0.0
+        if mass <= 0:
+            w[:] = 1.0 / vocab_map.n_target
+            return cls(w, 0.0)
+        w[oov] = mu[oov] / mass
+        return cls(w, mass if lam is None else lam)
+
+    def transport(self, q_prime):
+        lam = self.lam
+        if B.is_torch(q_prime):
+            w = self._torch.get("w", self.w, q_prime)
+        else:
+            w = self.w
+        return (1 - lam) * q_prime + lam * B.total(q_prime, keepdims=True) * w
+
+    def row_sums(self):
+        return np.array([(1 - self.lam) + self.lam * self.w.sum()])
+
+    def dense(self):
+        return (1 - self.lam) * np.eye(self.n) + self.lam * np.outer(np.ones(self.n), self.w)
+
+
+def calibration_covariance(calibration_probs):
+    """Population covariance ``Omega = (1/S) sum_c (p_c - mu)(p_c - mu)^T``, (N_T, N_T).
+
+    Rows of ``Omega`` sum to 0 because each ``p_c`` sums to 1.
+    """
+    cal = as_prob_array(calibration_probs, "calibration_probs")
+    if cal.ndim != 2:
+        raise InputError(f"calibration_probs must be 2-D (S, N_T), got shape {cal.shape}")
+    c = cal - cal.mean(axis=0)
+    return c.T @ c / cal.shape[0]
+
+
+def _softmax_rows(a):
+    a = a - a.max(axis=1, keepdims=True)
+    e = np.exp(a)
+    return e / e.sum(axis=1, keepdims=True)
+
+
+def covariance_softmax_kernel(calibration_probs, tau: float) -> DenseKernel:
+    """Exact covariance-softmax kernel ``M_ij = exp(Omega_ij / tau) / sum_k exp(Omega_ik / tau)``.
+
+    Dense: O(N_T^2) memory and time ([1], as summarised in public reviews).
+    """
+    if not tau > 0:
+        raise InputError(f"tau must be > 0, got {tau}")
+    return DenseKernel(_softmax_rows(calibration_covariance(calibration_probs) / tau), check=False)
+
+
+def covariance_affinity(calibration_probs):
+    """Callable ``rows -> Omega[rows, :]`` that never materialises the full N x N matrix."""
+    cal = as_prob_array(calibration_probs, "calibration_probs")
+    c = (cal - cal.mean(axis=0)) / np.sqrt(cal.shape[0])
+    return lambda rows: c[:, rows].T @ c
+
+
+def cosine_affinity(embeddings):
+    """Callable ``rows -> cos(e_rows, e_all)`` for embedding rows (e.g. the target LM head)."""
+    e = np.asarray(embeddings, dtype=np.float64)
+    e = e / np.maximum(np.linalg.norm(e, axis=1, keepdims=True), 1e-300)
+    return lambda rows: e[rows] @ e.T
+
+
+def sparse_topk_kernel(affinity, k: int, tau: float = 1.0, *, n: int | None = None,
+                       block: int = 1024) -> SparseKernel:
+    """Keep the ``k`` largest affinities of each row, softmax them at temperature ``tau``.
+
+    Parameters:
+      affinity: dense (N, N) array, or a callable ``rows -> (len(rows), N)`` block of rows
+        (see :func:`covariance_affinity`, :func:`cosine_affinity`), with ``n`` given.
+      k: entries kept per row (the diagonal is always kept so that ``M = I`` is reachable).
+      tau: softmax temperature over the kept entries.
+    Memory O(N k + block N).
+    """
+    import scipy.sparse as sp
+
+    if callable(affinity):
+        if n is None:
+            raise InputError("n is required when affinity is a callable")
+        rows_of = affinity
+    else:
+        a = np.asarray(affinity, dtype=np.float64)
+        if a.ndim != 2 or a.shape[0] != a.shape[1]:
+            raise InputError(f"affinity must be square, got shape {a.shape}")
+        n = a.shape[0]
+        rows_of = lambda rows: a[rows]  # noqa: E731
+    if not 1 <= k <= n:
+        raise InputError(f"k must be in [1, {n}], got {k}")
+    if not tau > 0:
+        raise InputError(f"tau must be > 0, got {tau}")
+    indptr = np.arange(0, n * k + 1, k)
+    indices = np.empty(n * k, dtype=np.int64)
+    data = np.empty(n * k)
+    for start in range(0, n, block):
+        rows = np.arange(start, min(n, start + block))
+        blk = np.array(rows_of(rows), dtype=np.float64)
+        ar = np.arange(rows.size)
+        diag = blk[ar, rows].copy()
+        blk[ar, rows] = np.inf  # always keep the diagonal
+        top = np.argpartition(-blk, k - 1, axis=1)[:, :k]
+        blk[ar, rows] = diag
+        vals = np.take_along_axis(blk, top, axis=1) / tau
+        vals = np.exp(vals - vals.max(axis=1, keepdims=True))
+        vals /= vals.sum(axis=1, keepdims=True)
+        order = np.argsort(top, axis=1)
+        sl = slice(start * k, (start + rows.size) * k)
+        indices[sl] = np.take_along_axis(top, order, axis=1).ravel()
+        data[sl] = np.take_along_axis(vals, order, axis=1).ravel()
+    return SparseKernel(sp.csr_matrix((data, indices, indptr), shape=(n, n)), check=False)
+
+
+def as_kernel(kernel, *, name: str = "kernel"):
+    """Wrap a dense array / scipy.sparse matrix / kernel object as a kernel, checking it."""
+    if kernel is None:
+        return IdentityKernel()
+    if hasattr(kernel, "transport"):
+        return kernel
+    try:
+        import scipy.sparse as sp
+
+        if sp.issparse(kernel):
+            return SparseKernel(kernel, name=name)
+    except ImportError:  # pragma: no cover - scipy is a core dependency
+        pass
+    return DenseKernel(kernel, name=name)

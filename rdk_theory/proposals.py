@@ -1,0 +1,80 @@
+"""Proposal builders for the four samplers (MATH.md section 3).
+
+Each builder maps drafter probabilities ``q`` (..., N_D) to a proposal ``r`` (..., N_T) over the
+target vocabulary. The verification step (:mod:`rdk_theory.sampling`) draws from ``r``, divides
+by ``r`` and builds its residual from the same ``r``, so every sampler here is lossless.
+
+======================  ==========================================  =========================
+sampler                 proposal over T                             reference
+======================  ==========================================  =========================
+vanilla (union)         ``q`` scattered to T; mass on tokens the    [2] Alg. 1
+                        target lacks stays unplaced (rejected)
+TLI                     ``q' = q`` restricted to ``I``, renormalised [2] Alg. 4
+exact RDK               ``q'' = M^T q'`` for a row-stochastic ``M``  [1]
+first-order RDK         first-order approximation of ``M^T q'``     [1], MATH.md section 5
+======================  ==========================================  =========================
+
+**[definition]** When ``q(I) = 0``, TLI and RDK have no proposal: the builders return the zero
+vector, so ``alpha = 0`` and the step draws from ``p`` directly.
+"""
+from __future__ import annotations
+
+from . import _backend as B
+from .validation import InputError, as_prob_array
+
+SAMPLERS = ("vanilla", "tli", "rdk_exact", "rdk_first_order")
+
+
+def _check(draft_probs, vocab_map, check):
+    if check:
+        draft_probs = as_prob_array(draft_probs, "draft_probs")
+    if draft_probs.shape[-1] != vocab_map.n_draft:
+        raise InputError(
+            f"draft_probs has {draft_probs.shape[-1]} columns but draft_to_target has "
+            f"{vocab_map.n_draft} entries"
+        )
+    return draft_probs
+
+
+def vanilla_proposal(draft_probs, vocab_map, *, check: bool = True):
+    """``r(x) = q(j)`` for the drafter token ``j`` with target id ``x``; 0 elsewhere.
+
+    Sub-stochastic when some drafter tokens are absent from the target ([2], Alg. 1).
+    """
+    q = _check(draft_probs, vocab_map, check)
+    return B.scatter_last(q, vocab_map.draft_to_target, vocab_map.n_target)
+
+
+def tli_proposal(draft_probs, vocab_map, *, check: bool = True):
+    """``q'(x) = q(x) / q(I)`` on ``I``, 0 elsewhere; all zeros where ``q(I) = 0`` ([2], Alg. 4)."""
+    r = vanilla_proposal(draft_probs, vocab_map, check=check)
+    return B.safe_divide(r, B.total(r, keepdims=True))
+
+
+def rdk_proposal(draft_probs, vocab_map, kernel, *, check: bool = True):
+    """``q'' = M^T q'``: draw ``i ~ q'`` (TLI), then ``x ~ M[i, :]`` ([1]).
+
+    ``kernel`` is any object with ``transport(q_prime)`` (see :mod:`rdk_theory.kernels`); an
+    exact kernel gives exact RDK, a :class:`rdk_theory.first_order.FirstOrderCovarianceKernel`
+    gives first-order RDK.
+    """
+    n = getattr(kernel, "n", None)
+    if n is not None and n != vocab_map.n_target:
+        raise InputError(f"kernel is over {n} tokens but the target vocabulary has {vocab_map.n_target}")
+    return kernel.transport(tli_proposal(draft_probs, vocab_map, check=check))
+
+
+def build_proposals(draft_probs, vocab_map, *, kernel=None, first_order=None, check: bool = True):
+    """The proposals of every sampler that the given kernels allow, as a dict keyed by sampler.
+
+    ``vanilla`` and ``tli`` always; ``rdk_exact`` when ``kernel`` is given; ``rdk_first_order``
+    when ``first_order`` is given.
+    """
+    q = _check(draft_probs, vocab_map, check)
+    out = {"vanilla": vanilla_proposal(q, vocab_map, check=False)}
+    out["tli"] = B.safe_divide(out["vanilla"], B.total(out["vanilla"], keepdims=True))
+    if kernel is not None:
+        out["rdk_exact"] = kernel.transport(out["tli"])
+    if first_order is not None:
+        out["rdk_first_order"] = first_order.transport(out["tli"])
+    return out

@@ -1,0 +1,111 @@
+"""The lossless verification step [3] for any proposal, with an explicit random generator.
+
+One step: with probability ``r(T)`` draft ``x ~ r / r(T)`` (otherwise the draft is a drafter
+token the target lacks, always rejected); accept ``x`` with probability ``min(1, p(x)/r(x))``;
+on rejection emit ``y ~ res = max(0, p - r) / sum max(0, p - r)``. The draw, the ratio's
+denominator and the residual use the very same ``r``: that is what makes the output law exactly
+``p`` (Theorem L). Randomness comes from the caller: a ``numpy.random.Generator`` for numpy
+arrays, a ``torch.Generator`` (or None) for torch tensors.
+"""
+from __future__ import annotations
+
+import numpy as np
+
+from . import _backend as B
+from .validation import InputError, as_prob_array
+
+
+def _inverse_cdf(weights, u):
+    """Indices ``i`` with ``cdf[i-1] <= u * total < cdf[i]``; a zero weight is never returned."""
+    cdf = np.cumsum(weights)
+    idx = np.searchsorted(cdf, u * cdf[-1], side="right")
+    last = int(np.flatnonzero(weights > 0)[-1])
+    return np.minimum(idx, last)
+
+
+def _inverse_cdf_torch(weights, u):
+    import torch
+
+    cdf = torch.cumsum(weights, 0)
+    idx = torch.searchsorted(cdf, (u * cdf[-1]).contiguous(), right=True)
+    last = int(torch.nonzero(weights > 0)[-1])
+    return torch.clamp(idx, max=last)
+
+
+def sample_steps(target_probs, proposal, n: int, rng, *, check: bool = True):
+    """Run ``n`` independent verification steps for one context.
+
+    Parameters:
+      target_probs: ``p``, (N_T,).
+      proposal: ``r``, (N_T,), sums to at most 1.
+      n: number of steps.
+      rng: ``numpy.random.Generator`` (numpy inputs) or ``torch.Generator``/None (torch inputs).
+
+    Returns:
+      ``(tokens, accepted)``: emitted target ids (n,) int64 and whether each draft was accepted
+      (n,) bool, as numpy arrays or torch tensors matching the inputs.
+    """
+    if check:
+        target_probs = as_prob_array(target_probs, "target_probs")
+        proposal = as_prob_array(proposal, "proposal", allow_sub_stochastic=True)
+        if target_probs.ndim != 1 or proposal.shape != target_probs.shape:
+            raise InputError(
+                f"sample_steps takes one context: target_probs and proposal must both be "
+                f"(N_T,), got {tuple(target_probs.shape)} and {tuple(proposal.shape)}"
+            )
+        if int(n) < 0:
+            raise InputError(f"n must be >= 0, got {n}")
+    if B.is_torch(target_probs):
+        return _sample_steps_torch(target_probs, proposal, int(n), rng)
+    if B.is_exact(target_probs):
+        target_probs = target_probs.astype(np.float64)
+        proposal = proposal.astype(np.float64)
+    p, r = target_probs, proposal
+    mass = float(r.sum())
+    drafted = rng.random(n) < mass
+    tokens = np.zeros(n, dtype=np.int64)
+    accepted = np.zeros(n, dtype=bool)
+    if mass > 0:
+        k = int(drafted.sum())
+        x = _inverse_cdf(r, rng.random(k))
+        ok = rng.random(k) * r[x] < p[x]  # accept with probability min(1, p(x) / r(x))
+        tokens[np.flatnonzero(drafted)] = x
+        accepted[np.flatnonzero(drafted)] = ok
+    rejected = np.flatnonzero(~accepted)
+    if rejected.size:
+        excess = np.maximum(p - r, 0.0)
+        tokens[rejected] = _inverse_cdf(excess, rng.random(rejected.size))
+    return tokens, accepted
+
+
+def _sample_steps_torch(p, r, n, generator):
+    import torch
+
+    dev = p.device
+    mass = float(r.sum())
+    rand = lambda k: torch.rand(k, generator=generator, device=dev, dtype=torch.float64)  # noqa: E731
+    drafted = rand(n) < mass
+    tokens = torch.zeros(n, dtype=torch.int64, device=dev)
+    accepted = torch.zeros(n, dtype=torch.bool, device=dev)
+    idx = torch.nonzero(drafted).flatten()
+    if mass > 0 and idx.numel():
+        x = _inverse_cdf_torch(r.double(), rand(idx.numel()))
+        ok = rand(idx.numel()) * r.double()[x] < p.double()[x]
+        tokens[idx] = x
+        accepted[idx] = ok
+    rej = torch.nonzero(~accepted).flatten()
+    if rej.numel():
+        excess = (p.double() - r.double()).clamp_min(0)
+        tokens[rej] = _inverse_cdf_torch(excess, rand(rej.numel()))
+    return tokens, accepted
+
+
+def verify_step(target_probs, proposal, rng):
+    """One verification step; returns ``(token, accepted)`` as Python ``(int, bool)``."""
+    tokens, accepted = sample_steps(target_probs, proposal, 1, rng)
+    return int(tokens[0]), bool(accepted[0])
+
+
+def emitted_counts(tokens, n_target: int) -> np.ndarray:
+    """How often each target id was emitted, (N_T,) int64."""
+    return np.bincount(B.to_numpy(tokens), minlength=n_target).astype(np.int64)

@@ -1,0 +1,133 @@
+"""Synthetic distribution families for experiments and tests.
+
+All functions take an explicit ``numpy.random.Generator``; none seeds anything globally.
+
+* :func:`dirichlet` — Dirichlet draws (concentration ``a``: small ``a`` gives peaky laws).
+* :func:`zipf` — ``p(rank k) ∝ k^{-s}``, optionally on a random permutation of the ids.
+* :func:`sparse_topk` — random laws with exactly ``k`` non-zero entries (exact zeros).
+* :func:`adversarial_pairs` — named ``(p, q)`` edge cases: ``p == q``, disjoint supports,
+  point masses, a point mass against uniform.
+* :func:`zipfian_lm` — a toy "language model": contexts mixing latent topics over a Zipfian
+  unigram law, with an imperfect drafter; the default data of ``rdk-theory report``.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from .validation import InputError
+
+
+def _check_n(n):
+    if int(n) < 1:
+        raise InputError(f"vocabulary size must be >= 1, got {n}")
+    return int(n)
+
+
+def dirichlet(rng, n: int, concentration: float = 1.0, size: int | tuple = ()) -> np.ndarray:
+    """Draws from ``Dirichlet(concentration * 1_n)``, shape ``size + (n,)``."""
+    n = _check_n(n)
+    if not concentration > 0:
+        raise InputError(f"concentration must be > 0, got {concentration}")
+    size = (size,) if isinstance(size, int) else tuple(size)
+    g = rng.gamma(concentration, size=size + (n,))
+    s = g.sum(axis=-1, keepdims=True)
+    # For tiny concentrations every gamma draw may underflow to 0: fall back to a point mass.
+    point = np.zeros_like(g)
+    np.put_along_axis(point, np.argmax(g, axis=-1)[..., None], 1.0, axis=-1)
+    return np.where(s > 0, g / np.where(s > 0, s, 1.0), point)
+
+
+def zipf(n: int, exponent: float = 1.1, *, rng=None) -> np.ndarray:
+    """``p(k-th most likely) ∝ k^{-exponent}``; ids permuted at random when ``rng`` is given."""
+    n = _check_n(n)
+    w = np.arange(1, n + 1, dtype=np.float64) ** (-float(exponent))
+    w /= w.sum()
+    return w[rng.permutation(n)] if rng is not None else w
+
+
+def sparse_topk(rng, n: int, k: int, size: int | tuple = (), concentration: float = 1.0) -> np.ndarray:
+    """Laws with exactly ``k`` non-zero entries at random positions (the others exactly 0)."""
+    n = _check_n(n)
+    if not 1 <= k <= n:
+        raise InputError(f"k must be in [1, {n}], got {k}")
+    size = (size,) if isinstance(size, int) else tuple(size)
+    out = np.zeros(size + (n,))
+    vals = dirichlet(rng, k, concentration, size)
+    vals = np.maximum(vals, 1e-12)
+    vals /= vals.sum(axis=-1, keepdims=True)
+    for idx in np.ndindex(*size):
+        out[idx + (rng.choice(n, size=k, replace=False),)] = vals[idx]
+    return out
+
+
+def adversarial_pairs(n: int) -> dict[str, tuple[np.ndarray, np.ndarray]]:
+    """Named ``(p, q)`` pairs over ``n >= 2`` tokens that stress the samplers."""
+    n = _check_n(n)
+    if n < 2:
+        raise InputError("adversarial pairs need n >= 2")
+    u = np.full(n, 1.0 / n)
+    e0, e1 = np.eye(n)[0], np.eye(n)[1]
+    half = n // 2
+    left = np.r_[np.full(half, 1.0 / half), np.zeros(n - half)]
+    right = np.r_[np.zeros(half), np.full(n - half, 1.0 / (n - half))]
+    return {
+        "equal": (u.copy(), u.copy()),
+        "disjoint_supports": (left, right),
+        "point_masses_equal": (e0, e0.copy()),
+        "point_masses_distinct": (e0, e1),
+        "point_vs_uniform": (e0, u.copy()),
+    }
+
+
+@dataclass
+class SyntheticLM:
+    """Target/drafter next-token laws of a toy Zipfian LM.
+
+    Attributes:
+      target_probs: (C, N) evaluation contexts ``p``.
+      draft_probs: (C, N) full-vocabulary drafter ``q`` (prune it with a VocabMap).
+      calibration_probs: (S, N) further target laws, for kernels and frequency counts.
+      unigram: (N,) the global Zipfian law the contexts fluctuate around.
+    """
+
+    target_probs: np.ndarray
+    draft_probs: np.ndarray
+    calibration_probs: np.ndarray
+    unigram: np.ndarray
+
+
+def _softmax(x):
+    x = x - x.max(axis=-1, keepdims=True)
+    e = np.exp(x)
+    return e / e.sum(axis=-1, keepdims=True)
+
+
+def zipfian_lm(rng, n: int = 2048, *, contexts: int = 64, calibration: int = 256,
+               exponent: float = 1.1, topics: int = 16, topic_size: int = 24,
+               topic_strength: float = 4.0, context_noise: float = 1.0,
+               drafter_noise: float = 0.7) -> SyntheticLM:
+    """Contexts ``p_c = softmax(log zipf + strength * 1[topic(c)] + noise)``; drafter adds noise.
+
+    Each topic boosts a random set of ``topic_size`` tokens (frequent and rare alike), so tokens
+    of one topic co-vary across contexts: the structure a covariance kernel can exploit. The
+    drafter is ``softmax(log p_c + drafter_noise * N(0, 1))`` (an imperfect small model).
+    """
+    n = _check_n(n)
+    if topics < 1 or not 1 <= topic_size <= n:
+        raise InputError(f"need topics >= 1 and 1 <= topic_size <= n, got {topics}, {topic_size}")
+    base = np.log(zipf(n, exponent))
+    members = np.stack([rng.choice(n, size=topic_size, replace=False) for _ in range(topics)])
+
+    def draw(count):
+        logits = np.tile(base, (count, 1)) + context_noise * rng.standard_normal((count, n))
+        which = rng.integers(topics, size=count)
+        rows = np.repeat(np.arange(count), topic_size)
+        logits[rows, members[which].ravel()] += topic_strength
+        return _softmax(logits)
+
+    target = draw(contexts)
+    cal = draw(calibration)
+    draft = _softmax(np.log(target) + drafter_noise * rng.standard_normal(target.shape))
+    return SyntheticLM(target, draft, cal, np.exp(base))

@@ -1,0 +1,152 @@
+"""Drafter-to-target vocabulary maps.
+
+A :class:`VocabMap` holds the target size ``N_T`` and ``draft_to_target`` (length ``N_D``):
+entry ``j`` is the target id of drafter token ``j``, or ``-1`` when the target lacks it. The
+intersection ``I`` is the set of target ids reachable from the drafter; ``OOV = T \\ I``.
+
+Builders:
+
+* :func:`keep_most_frequent` + :meth:`VocabMap.from_kept_ids`: a *pruned* drafter (same
+  tokenizer, LM head cut to a kept subset); every entry is a valid target id.
+* :meth:`VocabMap.from_token_strings`: heterogeneous tokenizers, matched by token string after
+  normalising the word-start marker (byte-level BPE writes ``Ġ``, SentencePiece writes ``▁``),
+  which is the normalisation transformers' universal assisted generation applies [2].
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Sequence
+
+import numpy as np
+
+from .validation import InputError, as_draft_to_target
+
+#: Word-start markers used by common tokenizer families.
+BYTE_LEVEL_SPACE = "\u0120"  # 'Ġ' (GPT-2 style byte-level BPE: Qwen, SmolLM2, Llama-3)
+SENTENCEPIECE_SPACE = "\u2581"  # '▁' (SentencePiece: Gemma, Llama-2, T5)
+KNOWN_SPACE_MARKERS = (BYTE_LEVEL_SPACE, SENTENCEPIECE_SPACE)
+
+
+@dataclass(frozen=True)
+class VocabMap:
+    """Map from drafter ids to target ids (``-1``: absent from the target).
+
+    Attributes:
+      n_target: ``N_T``, the target vocabulary size.
+      draft_to_target: int64 array (N_D,).
+    """
+
+    n_target: int
+    draft_to_target: np.ndarray
+
+    def __post_init__(self):
+        arr = as_draft_to_target(self.draft_to_target, int(self.n_target))
+        object.__setattr__(self, "n_target", int(self.n_target))
+        object.__setattr__(self, "draft_to_target", arr)
+        arr.setflags(write=False)
+
+    @property
+    def n_draft(self) -> int:
+        return int(self.draft_to_target.shape[0])
+
+    @property
+    def intersection(self) -> np.ndarray:
+        """Sorted target ids of ``I``."""
+        return np.sort(self.draft_to_target[self.draft_to_target >= 0])
+
+    @property
+    def oov(self) -> np.ndarray:
+        """Sorted target ids outside ``I``."""
+        mask = np.ones(self.n_target, dtype=bool)
+        mask[self.draft_to_target[self.draft_to_target >= 0]] = False
+        return np.flatnonzero(mask)
+
+    @property
+    def in_target_mask(self) -> np.ndarray:
+        """Boolean (N_T,): True on ``I``."""
+        mask = np.zeros(self.n_target, dtype=bool)
+        mask[self.draft_to_target[self.draft_to_target >= 0]] = True
+        return mask
+
+    @property
+    def is_pruned(self) -> bool:
+        """True when every drafter token exists in the target (a pruned drafter)."""
+        return bool(np.all(self.draft_to_target >= 0))
+
+    @classmethod
+    def identity(cls, n: int) -> "VocabMap":
+        """Drafter and target share one vocabulary of size ``n``."""
+        return cls(n, np.arange(n))
+
+    @classmethod
+    def from_kept_ids(cls, kept_ids: Sequence[int], n_target: int) -> "VocabMap":
+        """A pruned drafter whose token ``j`` is target token ``kept_ids[j]``."""
+        kept = np.asarray(kept_ids)
+        if kept.ndim != 1 or kept.size == 0:
+            raise InputError(f"kept_ids must be a non-empty 1-D list of ids, got shape {kept.shape}")
+        if np.any(kept < 0):
+            raise InputError(f"kept_ids must be target ids >= 0, got {int(kept.min())}")
+        return cls(n_target, kept)
+
+    @classmethod
+    def from_token_strings(
+        cls,
+        draft_tokens: Sequence[str],
+        target_tokens: Sequence[str],
+        *,
+        draft_space_marker: str | None = None,
+        target_space_marker: str | None = None,
+    ) -> "VocabMap":
+        """Match drafter and target tokens by string.
+
+        ``draft_tokens[j]`` / ``target_tokens[t]`` are the token strings of ids ``j`` / ``t``.
+        Before matching, the drafter's word-start marker is rewritten to the target's (markers
+        are detected from the vocabularies when not given). A target string that occurs twice
+        keeps its first id; a drafter token with no match maps to ``-1``.
+        """
+        if len(draft_tokens) == 0 or len(target_tokens) == 0:
+            raise InputError("token lists must be non-empty")
+        ds = draft_space_marker if draft_space_marker is not None else detect_space_marker(draft_tokens)
+        ts = target_space_marker if target_space_marker is not None else detect_space_marker(target_tokens)
+        index: dict[str, int] = {}
+        for t, tok in enumerate(target_tokens):
+            index.setdefault(tok, t)
+        mapped = np.full(len(draft_tokens), -1, dtype=np.int64)
+        used: set[int] = set()
+        for j, tok in enumerate(draft_tokens):
+            key = tok.replace(ds, ts) if (ds and ts and ds != ts) else tok
+            t = index.get(key, -1)
+            if t >= 0 and t not in used:
+                mapped[j] = t
+                used.add(t)
+        return cls(len(target_tokens), mapped)
+
+
+def detect_space_marker(tokens: Sequence[str]) -> str | None:
+    """The word-start marker most used in ``tokens`` (``Ġ`` or ``▁``), or None."""
+    counts = {m: 0 for m in KNOWN_SPACE_MARKERS}
+    for tok in tokens:
+        if tok:
+            for m in KNOWN_SPACE_MARKERS:
+                if tok[0] == m:
+                    counts[m] += 1
+    best = max(counts, key=counts.get)
+    return best if counts[best] > 0 else None
+
+
+def keep_most_frequent(token_counts, k: int) -> np.ndarray:
+    """Ids of the ``k`` most frequent tokens of a count vector (ties: lower id first), sorted.
+
+    Parameters:
+      token_counts: (N,) non-negative counts (e.g. unigram counts on a calibration corpus).
+      k: how many ids to keep, ``1 <= k <= N``.
+    """
+    counts = np.asarray(token_counts, dtype=np.float64)
+    if counts.ndim != 1 or counts.size == 0:
+        raise InputError(f"token_counts must be a non-empty 1-D vector, got shape {counts.shape}")
+    if np.any(counts < 0) or not np.all(np.isfinite(counts)):
+        raise InputError("token_counts must be finite and non-negative")
+    if not 1 <= int(k) <= counts.size:
+        raise InputError(f"k must be in [1, {counts.size}], got {k}")
+    order = np.lexsort((np.arange(counts.size), -counts))
+    return np.sort(order[: int(k)])
