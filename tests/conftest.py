@@ -1,0 +1,39 @@
+"""Suite-wide test configuration: Hypothesis profiles and the Monte Carlo false-alarm budget.
+
+Hypothesis profiles (select with the environment variable ``HYPOTHESIS_PROFILE``; default ``dev``):
+
+* ``dev``: few random examples, for quick local runs;
+* ``ci``: derandomised (the same examples on every run), used by the README test command;
+* ``thorough``: many examples, run by hand:
+  ``HYPOTHESIS_PROFILE=thorough .venv/bin/python -m pytest tests/test_prop_*.py``.
+"""
+from __future__ import annotations
+
+import os
+
+import pytest
+from hypothesis import HealthCheck, settings
+
+_COMMON = dict(deadline=None, suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large])
+settings.register_profile("dev", max_examples=30, **_COMMON)
+settings.register_profile("ci", max_examples=60, derandomize=True, database=None, print_blob=True, **_COMMON)
+settings.register_profile("thorough", max_examples=2000, **_COMMON)
+settings.load_profile(os.environ.get("HYPOTHESIS_PROFILE", "dev"))
+
+
+def pytest_configure(config):
+    config.addinivalue_line("markers", "mc: a Monte Carlo test (counted against tests.stats budget)")
+
+
+def pytest_sessionfinish(session, exitstatus):
+    """Fail the run if the Monte Carlo assertions exceed the budget stated in tests/stats.py."""
+    try:
+        from tests import stats
+    except ImportError:  # pragma: no cover
+        return
+    made = stats.assertions_made()
+    if made > stats.MAX_MC_ASSERTIONS:
+        session.config.pluginmanager.get_plugin("terminalreporter").write_line(
+            f"ERROR: {made} Monte Carlo assertions exceed the budget MAX_MC_ASSERTIONS = "
+            f"{stats.MAX_MC_ASSERTIONS} (tests/stats.py)", red=True)
+        session.exitstatus = pytest.ExitCode.TESTS_FAILED
