@@ -48,37 +48,39 @@ class FirstOrderCovarianceKernel:
                 raise InputError(f"rank must be in [1, {min(s, n)}], got {rank}")
             u, sv, vt = np.linalg.svd(c, full_matrices=False)
             c = sv[:rank, None] * vt[:rank]
-        self.factor = c
-        self.tau = float(tau)
-        self.n = int(n)
-        self.a = (c * c).sum(axis=0) / self.tau  # diag(Omega) / tau
-        self.z = np.exp(self.a) + (n - 1) - self.a
-        self.diag_coef = (np.exp(self.a) - 1) / self.z
+        self._setup(c, tau)
+
+    def _setup(self, factor, tau):
+        c = np.asarray(factor, dtype=np.float64)
+        self.factor, self.tau, self.n = c, float(tau), int(c.shape[1])
+        a = (c * c).sum(axis=0) / self.tau  # diag(Omega) / tau, >= 0
+        # Z = exp(a) + N - 1 - a >= N > 0. Written with exp(-a) so a large a cannot overflow:
+        # 1/Z = e^-a / (1 + (N-1-a) e^-a), (e^a - 1)/Z = (1 - e^-a) / (1 + (N-1-a) e^-a).
+        e = np.exp(-a)
+        den = 1 + (self.n - 1 - a) * e
+        self.a, self.inv_z, self.diag_coef = a, e / den, (1 - e) / den
         self._torch = _DeviceCache()
 
     @classmethod
     def from_factor(cls, factor, tau: float):
         """Build from a precomputed factor ``C`` (S or r, N) with ``Omega = C^T C``."""
+        if not tau > 0:
+            raise InputError(f"tau must be > 0, got {tau}")
         obj = cls.__new__(cls)
-        c = np.asarray(factor, dtype=np.float64)
-        obj.factor, obj.tau, obj.n = c, float(tau), int(c.shape[1])
-        obj.a = (c * c).sum(axis=0) / obj.tau
-        obj.z = np.exp(obj.a) + (obj.n - 1) - obj.a
-        obj.diag_coef = (np.exp(obj.a) - 1) / obj.z
-        obj._torch = _DeviceCache()
+        obj._setup(factor, tau)
         return obj
 
     def _arrays(self, like):
         if B.is_torch(like):
             g = self._torch.get
-            return (g("c", self.factor, like), g("a", self.a, like), g("z", self.z, like),
+            return (g("c", self.factor, like), g("a", self.a, like), g("iz", self.inv_z, like),
                     g("d", self.diag_coef, like))
-        return self.factor, self.a, self.z, self.diag_coef
+        return self.factor, self.a, self.inv_z, self.diag_coef
 
     def transport_unclipped(self, q_prime):
         """The first-order vector before clipping (sums to ``sum q'``; may hold negatives)."""
-        c, a, z, d = self._arrays(q_prime)
-        v = q_prime / z
+        c, a, inv_z, d = self._arrays(q_prime)
+        v = q_prime * inv_z
         omega_v = (v @ c.T) @ c  # (..., N): C^T (C v) for each row
         b_t_v = omega_v / self.tau - a * v
         return q_prime * d + B.total(v, keepdims=True) + b_t_v

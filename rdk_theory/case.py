@@ -1,0 +1,136 @@
+"""A *case*: the arrays of one acceptance study, as stored in ``CASE.npz``.
+
+Keys (shapes): ``target_probs`` (C, N_T), ``draft_probs`` (C, N_D), ``draft_to_target`` (N_D,)
+int; optional ``calibration_probs`` (S, N_T) (needed by the marginal and covariance kernels)
+and ``kernel`` (N_T, N_T) (needed by ``--kernel dense``).
+
+:func:`kernels_for` turns the CLI's kernel options into the kernel of exact RDK and, for the
+covariance kernel, its first-order approximation.
+"""
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+
+import numpy as np
+
+from .first_order import FirstOrderCovarianceKernel
+from .kernels import DenseKernel, IdentityKernel, MarginalKernel, covariance_softmax_kernel
+from .validation import InputError, as_prob_array
+from .vocab import VocabMap
+
+KERNEL_CHOICES = ("identity", "marginal", "covariance", "dense")
+#: Largest dense N_T x N_T float64 kernel built on request (bytes); beyond it, use first-order
+#: or a sparse kernel from Python.
+DENSE_KERNEL_MAX_BYTES = 4 * 2**30
+
+
+@dataclass
+class Case:
+    target_probs: np.ndarray
+    draft_probs: np.ndarray
+    vocab_map: VocabMap
+    calibration_probs: np.ndarray | None = None
+    kernel: np.ndarray | None = None
+
+    @property
+    def n_contexts(self) -> int:
+        return int(self.target_probs.shape[0])
+
+
+def load_case(path) -> Case:
+    """Read and validate ``CASE.npz``; every problem raises :class:`InputError` naming it."""
+    path = os.fspath(path)
+    if not os.path.exists(path):
+        raise InputError(f"case file not found: {path}")
+    try:
+        with np.load(path, allow_pickle=False) as z:
+            data = {k: z[k] for k in z.files}
+    except Exception as exc:  # corrupt zip, pickled objects, not an npz ...
+        raise InputError(f"cannot read {path} as .npz: {exc}") from None
+    return case_from_arrays(**{k: v for k, v in data.items()}, source=path)
+
+
+def case_from_arrays(*, target_probs=None, draft_probs=None, draft_to_target=None,
+                     calibration_probs=None, kernel=None, source: str = "case", **extra) -> Case:
+    """Validate the arrays of a case (the same checks as :func:`load_case`)."""
+    if extra:
+        raise InputError(f"{source}: unexpected keys {sorted(extra)}; expected target_probs, "
+                         "draft_probs, draft_to_target, calibration_probs, kernel")
+    for name, val in (("target_probs", target_probs), ("draft_probs", draft_probs),
+                      ("draft_to_target", draft_to_target)):
+        if val is None:
+            raise InputError(f"{source}: missing required array '{name}'")
+    p = as_prob_array(target_probs, "target_probs")
+    q = as_prob_array(draft_probs, "draft_probs")
+    if p.ndim != 2 or q.ndim != 2:
+        raise InputError(f"target_probs and draft_probs must be 2-D (contexts, vocab), got "
+                         f"{p.shape} and {q.shape}")
+    if p.shape[0] != q.shape[0]:
+        raise InputError(f"context-count mismatch: target_probs has {p.shape[0]} rows, "
+                         f"draft_probs has {q.shape[0]}")
+    vm = VocabMap(p.shape[1], draft_to_target)
+    if vm.n_draft != q.shape[1]:
+        raise InputError(f"draft_to_target has {vm.n_draft} entries but draft_probs has "
+                         f"{q.shape[1]} columns")
+    cal = None
+    if calibration_probs is not None:
+        cal = as_prob_array(calibration_probs, "calibration_probs")
+        if cal.ndim != 2 or cal.shape[1] != p.shape[1]:
+            raise InputError(f"calibration_probs must be (S, {p.shape[1]}), got {cal.shape}")
+    ker = None
+    if kernel is not None:
+        ker = np.asarray(kernel, dtype=np.float64)
+        if ker.shape != (p.shape[1], p.shape[1]):
+            raise InputError(f"kernel must be ({p.shape[1]}, {p.shape[1]}), got {ker.shape}")
+    return Case(p, q, vm, cal, ker)
+
+
+def default_tau(calibration_probs) -> float:
+    """``max_i Omega_ii``: then ``|B_ij| <= 1`` (Cauchy-Schwarz), the first-order regime."""
+    cal = np.asarray(calibration_probs, dtype=np.float64)
+    var = cal.var(axis=0).max()
+    return float(var) if var > 0 else 1.0
+
+
+def kernels_for(case: Case, kind: str = "identity", *, tau: float | None = None,
+                lam: float | None = None, need_first_order: bool = False):
+    """``(kernel, first_order)`` for exact and first-order RDK under the chosen kernel kind.
+
+    ``first_order`` is built for ``kind == 'covariance'`` (or when ``need_first_order``), else
+    None. ``tau=None`` uses :func:`default_tau`; ``lam=None`` lets the marginal kernel use the
+    calibration mass outside ``I``.
+    """
+    if kind not in KERNEL_CHOICES:
+        raise InputError(f"unknown kernel '{kind}'; choose from {', '.join(KERNEL_CHOICES)}")
+    needs_cal = kind in ("marginal", "covariance") or need_first_order
+    if needs_cal and case.calibration_probs is None:
+        raise InputError(f"the {kind if kind != 'identity' else 'first-order'} kernel needs "
+                         "'calibration_probs' (S, N_T) in the case file")
+    if tau is not None and not tau > 0:
+        raise InputError(f"--tau must be > 0, got {tau}")
+    if lam is not None and not 0 <= lam <= 1:
+        raise InputError(f"--lam must be in [0, 1], got {lam}")
+    if needs_cal and tau is None:
+        tau = default_tau(case.calibration_probs)
+    if kind == "identity":
+        kernel = IdentityKernel()
+    elif kind == "marginal":
+        kernel = MarginalKernel.from_calibration(case.calibration_probs, case.vocab_map, lam)
+    elif kind == "covariance":
+        n = case.vocab_map.n_target
+        if 8 * n * n > DENSE_KERNEL_MAX_BYTES:
+            raise InputError(
+                f"the exact covariance kernel at N_T = {n} needs {8 * n * n / 2**30:.1f} GiB; "
+                f"the limit is {DENSE_KERNEL_MAX_BYTES / 2**30:.0f} GiB (use the first-order "
+                "sampler or a sparse kernel from Python)"
+            )
+        kernel = covariance_softmax_kernel(case.calibration_probs, tau)
+    else:
+        if case.kernel is None:
+            raise InputError("--kernel dense needs a 'kernel' (N_T, N_T) array in the case file")
+        kernel = DenseKernel(case.kernel)
+    first = None
+    if kind == "covariance" or need_first_order:
+        first = FirstOrderCovarianceKernel(case.calibration_probs, tau)
+    return kernel, first
