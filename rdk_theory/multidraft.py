@@ -1,0 +1,195 @@
+"""Multi-draft verification: SpecTr's K-SEQ and the optimal k-draft acceptance (statement K).
+
+With ``k`` i.i.d. drafts ``x_1..x_k ~ q`` (``q`` a proposal over the target vocabulary) and a
+parameter ``rho >= 1``, K-SEQ [6] scans the drafts and accepts ``x_i`` with probability
+``min(1, p(x_i) / (rho q(x_i)))``; if none is accepted it draws from a residual. Each draft is
+accepted with probability
+
+    beta(rho) = sum_x min(q(x), p(x) / rho),
+
+so the acceptance is ``1 - (1 - beta)^k`` and the law of a token emitted by acceptance is
+
+    a(x) = min(q(x), p(x) / rho) (1 - (1 - beta)^k) / beta.
+
+The step is lossless iff ``a <= p`` (the residual ``(p - a) / (1 - beta)^k`` is then a law).
+``1 - (1 - beta)^k <= rho beta`` is sufficient, and necessary as soon as some ``x`` has
+``rho q(x) >= p(x) > 0``; the left side decreases and the right side increases in ``rho``, so the
+valid ``rho`` form an interval ``[rho*, inf)`` with ``rho* <= k``, and ``rho*`` (found by bisection)
+gives the best acceptance. The optimal acceptance of *any* valid k-draft rule is an optimal
+transport LP between ``q^k`` (draft tuples) and ``p`` (outputs), solved by
+:func:`optimal_acceptance_lp`; K-SEQ at ``rho*`` reaches at least ``1 - 1/e`` of it [6].
+
+All functions take 1-D ``p`` and ``q`` (float64 arrays, or object arrays of ``Fraction`` for exact
+checks, with ``rho`` a ``Fraction``); they are small-vocabulary reference maths, not a sampler.
+"""
+from __future__ import annotations
+
+import itertools
+from fractions import Fraction
+
+import numpy as np
+
+from .validation import InputError, as_prob_array
+
+
+def _pq(target_probs, draft_probs):
+    p = as_prob_array(target_probs, "target_probs")
+    q = as_prob_array(draft_probs, "draft_probs", allow_sub_stochastic=True)
+    if p.ndim != 1 or p.shape != q.shape:
+        raise InputError(f"target_probs and draft_probs must be 1-D of one length, got {p.shape}, {q.shape}")
+    return p, q
+
+
+def _check_k_rho(k, rho):
+    if int(k) != k or k < 1:
+        raise InputError(f"k (number of drafts) must be an integer >= 1, got {k}")
+    if not rho >= 1:
+        raise InputError(f"rho must be >= 1, got {rho}")
+
+
+def beta(target_probs, draft_probs, rho):
+    """``beta(rho) = sum_x min(q(x), p(x) / rho)``: the acceptance probability of one draft."""
+    p, q = _pq(target_probs, draft_probs)
+    if not rho > 0:
+        raise InputError(f"rho must be > 0, got {rho}")
+    return np.minimum(q, p / rho).sum()
+
+
+def kseq_is_valid(target_probs, draft_probs, rho, k: int) -> bool:
+    """The validity condition ``1 - (1 - beta(rho))^k <= rho beta(rho)`` (sufficient for losslessness)."""
+    _check_k_rho(k, rho)
+    b = beta(target_probs, draft_probs, rho)
+    return bool(1 - (1 - b) ** int(k) <= rho * b)
+
+
+def kseq_acceptance(target_probs, draft_probs, rho, k: int):
+    """``1 - (1 - beta(rho))^k``: the probability that one of the ``k`` drafts is accepted."""
+    _check_k_rho(k, rho)
+    return 1 - (1 - beta(target_probs, draft_probs, rho)) ** int(k)
+
+
+def kseq_accept_law(target_probs, draft_probs, rho, k: int):
+    """``a(x) = min(q(x), p(x)/rho) (1 - (1 - beta)^k) / beta``: law of tokens emitted by acceptance.
+
+    Sub-stochastic, total mass ``1 - (1 - beta)^k``; all zeros when ``beta = 0``.
+    """
+    _check_k_rho(k, rho)
+    p, q = _pq(target_probs, draft_probs)
+    m = np.minimum(q, p / rho)
+    b = m.sum()
+    if b == 0:
+        return m * 0
+    return m * ((1 - (1 - b) ** int(k)) / b)
+
+
+def kseq_output_law(target_probs, draft_probs, rho, k: int):
+    """Exact law of the K-SEQ output: ``a + (1 - beta)^k res``, ``res = (p - a)^+ / sum (p - a)^+``.
+
+    Built from the step's ingredients (accepted part plus residual), so comparing it with ``p``
+    tests losslessness: it equals ``p`` exactly when ``a <= p``, and differs when ``rho`` is
+    invalid (the residual cannot take mass back).
+    """
+    p, _ = _pq(target_probs, draft_probs)
+    a = kseq_accept_law(target_probs, draft_probs, rho, k)
+    rest = 1 - a.sum()
+    excess = np.array([v if v > 0 else 0 * v for v in (p - a)], dtype=p.dtype)
+    total = excess.sum()
+    if total == 0:
+        return a
+    return a + rest * excess / total
+
+
+def kseq_best_rho(target_probs, draft_probs, k: int, *, tol: float = 1e-12) -> float:
+    """Smallest valid ``rho`` in ``[1, k]`` by bisection (acceptance decreases in ``rho``).
+
+    The condition ``g(rho) = rho beta(rho) - 1 + (1 - beta(rho))^k >= 0`` is monotone
+    non-decreasing in ``rho`` and holds at ``rho = k`` (since ``1 - (1 - b)^k <= k b``), so
+    bisection returns ``rho*`` within ``tol`` (float64), on the valid side.
+    """
+    p, q = _pq(target_probs, draft_probs)
+    p, q = p.astype(np.float64), q.astype(np.float64)
+    k = int(k)
+    _check_k_rho(k, 1.0)
+    if kseq_is_valid(p, q, 1.0, k):
+        return 1.0
+    lo, hi = 1.0, float(k)
+    while hi - lo > tol:
+        mid = 0.5 * (lo + hi)
+        if kseq_is_valid(p, q, mid, k):
+            hi = mid
+        else:
+            lo = mid
+    return hi
+
+
+def optimal_acceptance_lp(target_probs, draft_probs, k: int) -> float:
+    """Best acceptance of any lossless k-draft rule, as a linear program (small supports).
+
+    A lossless rule is a coupling of the draft tuple ``S ~ q^k`` with the output ``y ~ p``; it
+    accepts when ``y in S``. Only the *set* ``U`` of distinct drafts matters, with probability
+    ``Q(U) = P({x_1..x_k} = U)`` (enumerated over all ``|supp q|^k`` tuples). The LP is the
+    max-flow form: maximise ``sum_{U, y in U} pi(U, y)`` subject to ``sum_y pi(U, y) <= Q(U)``,
+    ``sum_U pi(U, y) <= p(y)``, ``pi >= 0`` (any flow extends to a full coupling, the rest of the
+    mass being rejected). Solved by ``scipy.optimize.linprog`` (HiGHS), imported lazily.
+    """
+    from scipy.optimize import linprog
+
+    p, q = _pq(target_probs, draft_probs)
+    p, q = p.astype(np.float64), q.astype(np.float64)
+    if abs(q.sum() - 1) > 1e-9:
+        raise InputError("optimal_acceptance_lp needs a normalised draft law q")
+    k = int(k)
+    _check_k_rho(k, 1.0)
+    sq = [int(i) for i in np.flatnonzero(q > 0)]
+    if len(sq) ** k > 100_000:
+        raise InputError(f"LP too large: {len(sq)}^{k} draft tuples")
+    mass: dict[frozenset, float] = {}
+    for tup in itertools.product(sq, repeat=k):
+        u = frozenset(tup)
+        mass[u] = mass.get(u, 0.0) + float(np.prod(q[list(tup)]))
+    sets = list(mass)
+    cols = [(s, y) for s, u in enumerate(sets) for y in sorted(u)]
+    a_ub = np.zeros((len(sets) + p.size, len(cols)))
+    for j, (s, y) in enumerate(cols):
+        a_ub[s, j] = 1.0
+        a_ub[len(sets) + y, j] = 1.0
+    b_ub = np.concatenate([[mass[u] for u in sets], p])
+    res = linprog(-np.ones(len(cols)), A_ub=a_ub, b_ub=b_ub, bounds=(0, None), method="highs")
+    if res.status != 0:  # pragma: no cover - pi = 0 is always feasible and the LP is bounded
+        raise RuntimeError(f"linprog failed: {res.message}")
+    return float(-res.fun)
+
+
+def optimal_acceptance_cut(target_probs, draft_probs, k: int):
+    """Closed form of the LP optimum by max-flow/min-cut: ``min_B p(B) + 1 - q(B)^k``.
+
+    Flow network: source -> draft tuple ``S`` (capacity ``q^k(S)``) -> each ``y in S`` -> sink
+    (capacity ``p(y)``). A cut keeping the outputs ``B`` on the source side pays ``p(B)`` plus the
+    tuples not inside ``B``, ``1 - q(B)^k``. ``B`` ranges over all 2^N subsets: small N only.
+    Exact on ``Fraction`` inputs.
+    """
+    p, q = _pq(target_probs, draft_probs)
+    n = p.size
+    if n > 20:
+        raise InputError(f"optimal_acceptance_cut enumerates 2^N subsets; N = {n} is too large")
+    k = int(k)
+    best = None
+    for mask in range(1 << n):
+        idx = [i for i in range(n) if mask >> i & 1]
+        pb = p[idx].sum() if idx else 0 * p[0]
+        qb = q[idx].sum() if idx else 0 * q[0]
+        val = pb + 1 - qb ** k
+        best = val if best is None or val < best else best
+    return best
+
+
+def one_minus_inv_e() -> float:
+    """``1 - 1/e``: SpecTr's guaranteed fraction of the optimal acceptance for K-SEQ at rho*."""
+    return float(1 - np.exp(-1.0))
+
+
+__all__ = [
+    "beta", "kseq_accept_law", "kseq_acceptance", "kseq_best_rho", "kseq_is_valid",
+    "kseq_output_law", "one_minus_inv_e", "optimal_acceptance_cut", "optimal_acceptance_lp",
+]
+_ = Fraction  # exact inputs are Fractions; imported for the docstring's type
