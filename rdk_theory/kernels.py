@@ -103,7 +103,7 @@ class SparseKernel:
                 coo = self.matrix_t.tocoo()
                 idx = torch.as_tensor(np.vstack([coo.row, coo.col]), device=q_prime.device)
                 vals = torch.as_tensor(coo.data, dtype=q_prime.dtype, device=q_prime.device)
-                self._torch[key] = torch.sparse_coo_tensor(idx, vals, coo.shape).coalesce()
+                self._torch[key] = torch.sparse_coo_tensor(idx, vals, coo.shape, check_invariants=True).coalesce()
             mt = self._torch[key]
             flat = q_prime.reshape(-1, self.n).T  # (N, batch)
             return torch.sparse.mm(mt, flat).T.reshape(q_prime.shape)

@@ -1,0 +1,145 @@
+"""The CLI contract of ``rdk-theory acceptance | sample | report`` (other tools depend on it)."""
+import json
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+
+import rdk_theory as rt
+from rdk_theory.cli import main
+from tests.stats import assert_matches_law
+from tests.tolerances import assert_close
+
+
+def _write_case(path, **overrides):
+    rng = np.random.default_rng(0)
+    n_t, n_d, c, s = 12, 6, 3, 20
+    arrays = {
+        "target_probs": rng.dirichlet(np.full(n_t, 0.5), size=c),
+        "draft_probs": rng.dirichlet(np.full(n_d, 0.5), size=c),
+        "draft_to_target": np.array([0, 3, 5, -1, 7, 2]),
+        "calibration_probs": rng.dirichlet(np.full(n_t, 0.5), size=s),
+        "kernel": rng.dirichlet(np.ones(n_t), size=n_t),
+    }
+    arrays.update(overrides)
+    arrays = {k: v for k, v in arrays.items() if v is not None}
+    np.savez(path, **arrays)
+    return arrays
+
+
+def _run(capsys, *argv):
+    code = main(list(argv))
+    out, err = capsys.readouterr()
+    return code, out, err
+
+
+@pytest.mark.parametrize("kernel", ["identity", "marginal", "covariance", "dense"])
+def test_acceptance_json_contract(tmp_path, capsys, kernel):
+    arrays = _write_case(tmp_path / "case.npz")
+    code, out, err = _run(capsys, "acceptance", str(tmp_path / "case.npz"), "--kernel", kernel,
+                          "--json", "--tau", "0.01")
+    assert code == 0, err
+    res = json.loads(out)
+    expected_keys = {"vanilla", "tli", "rdk_exact"} | ({"rdk_first_order"} if kernel == "covariance" else set())
+    assert set(res) == expected_keys
+    vm = rt.VocabMap(12, arrays["draft_to_target"])
+    ker = {"identity": rt.IdentityKernel(),
+           "marginal": rt.MarginalKernel.from_calibration(arrays["calibration_probs"], vm),
+           "covariance": rt.covariance_softmax_kernel(arrays["calibration_probs"], 0.01),
+           "dense": rt.DenseKernel(arrays["kernel"])}[kernel]
+    want = rt.acceptance_rate(arrays["target_probs"], rt.rdk_proposal(arrays["draft_probs"], vm, ker))
+    assert len(res["rdk_exact"]["per_context"]) == 3
+    assert_close(res["rdk_exact"]["per_context"], want)
+    assert_close(res["rdk_exact"]["mean"], want.mean())
+    if kernel == "identity":
+        assert res["rdk_exact"] == res["tli"]
+
+
+def test_acceptance_table_is_readable(tmp_path, capsys):
+    _write_case(tmp_path / "case.npz")
+    code, out, _ = _run(capsys, "acceptance", str(tmp_path / "case.npz"))
+    assert code == 0 and "OOV cap" in out and "tli" in out
+
+
+def test_sample_json_contract_and_law(tmp_path, capsys):
+    """Monte Carlo: n = 60,000 steps of context 1; chi-square vs p at the suite's rate."""
+    arrays = _write_case(tmp_path / "case.npz")
+    code, out, err = _run(capsys, "sample", str(tmp_path / "case.npz"), "--sampler", "rdk_first_order",
+                          "--kernel", "covariance", "--tau", "0.01", "--context", "1",
+                          "--n", "60000", "--seed", "3", "--json")
+    assert code == 0, err
+    res = json.loads(out)
+    assert set(res) == {"counts", "accepted", "n"}
+    assert res["n"] == 60000 and sum(res["counts"]) == 60000 and len(res["counts"]) == 12
+    assert 0 < res["accepted"] < 60000
+    assert_matches_law(np.array(res["counts"]), arrays["target_probs"][1], "CLI sample")
+
+
+def _nan_target():
+    p = np.random.default_rng(0).dirichlet(np.ones(12), size=3)
+    p[1, 4] = np.nan
+    return p
+
+
+BAD = [
+    ({"target_probs": "NAN"}, "non-finite"),
+    ({"target_probs": np.full((3, 12), 1 / 12) * np.r_[-1, np.ones(11) * 13 / 11][None]}, "negative"),
+    ({"draft_probs": np.full((3, 6), 0.2)}, "sum to 1"),
+    ({"draft_probs": np.full((4, 6), 1 / 6)}, "context-count mismatch"),
+    ({"draft_probs": np.full((3, 5), 0.2)}, "draft_to_target has 6 entries"),
+    ({"draft_to_target": np.array([0, 3, 5, -1, 7, 12])}, "out of range"),
+    ({"kernel": np.full((12, 12), 0.5)}, "not row-stochastic"),
+    ({"target_probs": None}, "missing required array 'target_probs'"),
+]
+
+
+@pytest.mark.parametrize("override, message", BAD)
+def test_bad_input_exits_2_with_one_line_error(tmp_path, override, message):
+    if override.get("target_probs") is not None and isinstance(override["target_probs"], str):
+        override = {"target_probs": _nan_target()}
+    _write_case(tmp_path / "case.npz", **override)
+    proc = subprocess.run([sys.executable, "-m", "rdk_theory", "acceptance", str(tmp_path / "case.npz"),
+                           "--kernel", "dense"], capture_output=True, text=True)
+    assert proc.returncode == 2
+    lines = [ln for ln in proc.stderr.splitlines() if not ln.startswith("warning:")]
+    assert len(lines) == 1 and lines[0].startswith("error: ") and message in lines[0], proc.stderr
+    assert "Traceback" not in proc.stderr
+
+
+def test_missing_file_context_range_and_missing_calibration(tmp_path, capsys):
+    code, _, err = _run(capsys, "acceptance", str(tmp_path / "nope.npz"))
+    assert code == 2 and "not found" in err
+    _write_case(tmp_path / "c.npz", calibration_probs=None)
+    code, _, err = _run(capsys, "acceptance", str(tmp_path / "c.npz"), "--kernel", "marginal")
+    assert code == 2 and "calibration_probs" in err
+    _write_case(tmp_path / "d.npz")
+    code, _, err = _run(capsys, "sample", str(tmp_path / "d.npz"), "--sampler", "tli",
+                        "--context", "3", "--n", "10", "--seed", "0")
+    assert code == 2 and "--context 3 is out of range" in err
+
+
+def test_report_synthetic_writes_json_and_figure_with_sane_order(tmp_path, capsys):
+    code, out, err = _run(capsys, "report", "--source", "synthetic", "--quick",
+                          "--keep", "1,0.25,0.05", "--out", str(tmp_path))
+    assert code == 0, err
+    rep = json.loads((tmp_path / "report.json").read_text())
+    assert (tmp_path / "acceptance_vs_kept.png").stat().st_size > 10_000
+    assert [r["keep_fraction"] for r in rep["rows"]] == [1.0, 0.25, 0.05]
+    for r in rep["rows"]:
+        assert r["tli"] >= r["vanilla"] - 1e-12  # O1
+        assert r["tli"] <= r["oov_cap"] + 1e-12  # O2
+    full = rep["rows"][0]
+    assert full["oov_cap"] == pytest.approx(1.0) and full["marginal"] == pytest.approx(full["tli"])
+    # pruning hurts TLI, and the rank-one kernel recovers part of the loss at 5 %
+    assert rep["rows"][-1]["tli"] < full["tli"]
+    assert rep["rows"][-1]["marginal"] > rep["rows"][-1]["tli"]
+    assert "OOV cap" in out
+
+
+def test_help_teaches(capsys):
+    with pytest.raises(SystemExit) as exc:
+        main(["acceptance", "--help"])
+    assert exc.value.code == 0
+    out = capsys.readouterr().out
+    assert "example" in out and "draft_to_target" in out

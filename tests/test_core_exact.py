@@ -1,0 +1,97 @@
+"""Exact tier: Fraction arithmetic through the same core functions, asserted with ``==``."""
+from fractions import Fraction as F
+
+import numpy as np
+import pytest
+
+import rdk_theory as rt
+from tests.tolerances import assert_close
+
+
+def fr(*vals):
+    return np.array([F(v) for v in vals], dtype=object)
+
+
+P = fr(F(1, 2), F(1, 4), F(1, 8), F(1, 8), 0)
+Q_HET = fr(F(1, 3), F(1, 6), F(1, 6), F(1, 3))  # drafter over 4 tokens, one absent from T
+MAP_HET = [0, 1, -1, 4]  # target id 4 has p = 0
+KERNEL = np.array([[F(1, 2), F(1, 2), 0, 0, 0],
+                   [0, F(3, 4), F(1, 4), 0, 0],
+                   [0, 0, 1, 0, 0],
+                   [F(1, 5)] * 5,
+                   [0, 0, F(1, 3), F(1, 3), F(1, 3)]], dtype=object)
+
+
+@pytest.mark.parametrize("sampler", ["vanilla", "tli", "rdk_exact", "marginal"])
+def test_output_law_equals_target_exactly(sampler):
+    vm = rt.VocabMap(5, MAP_HET)
+    kernel = {"rdk_exact": rt.DenseKernel(KERNEL),
+              "marginal": rt.MarginalKernel(fr(0, 0, F(1, 2), F(1, 2), 0), F(1, 3))}.get(sampler)
+    props = rt.build_proposals(Q_HET, vm, kernel=kernel)
+    r = props["rdk_exact" if kernel is not None else sampler]
+    law = rt.step_output_law(P, r)
+    assert all(law == P)
+    assert sum(law) == 1
+
+
+def test_known_values_and_sub_stochastic_vanilla():
+    vm = rt.VocabMap(5, MAP_HET)
+    props = rt.build_proposals(Q_HET, vm, kernel=rt.DenseKernel(KERNEL))
+    assert list(props["vanilla"]) == [F(1, 3), F(1, 6), 0, 0, F(1, 3)]
+    assert sum(props["vanilla"]) == F(5, 6)  # the absent token's 1/6 stays unplaced
+    assert list(props["tli"]) == [F(2, 5), F(1, 5), 0, 0, F(2, 5)]
+    assert rt.acceptance_rate(P, props["vanilla"]) == F(1, 2)
+    assert rt.acceptance_rate(P, props["tli"]) == F(3, 5)
+    # q'' = K^T q' = (1/5, 1/5 + 3/20, 1/20 + 2/15, 2/15, 2/15)
+    assert list(props["rdk_exact"]) == [F(1, 5), F(7, 20), F(11, 60), F(2, 15), F(2, 15)]
+    assert rt.acceptance_rate(P, props["rdk_exact"]) == F(1, 5) + F(1, 4) + F(1, 8) + F(1, 8)
+    assert rt.oov_cap(P, vm) == F(3, 4)  # p(I) with I = {0, 1, 4}
+
+
+def test_identity_kernel_rdk_equals_tli_and_vanilla_equals_tli_when_pruned():
+    q = fr(F(1, 2), F(1, 3), F(1, 6))
+    vm = rt.VocabMap.from_kept_ids([3, 0, 2], 5)
+    props = rt.build_proposals(q, vm, kernel=rt.IdentityKernel())
+    assert list(props["rdk_exact"]) == list(props["tli"])
+    assert list(props["vanilla"]) == list(props["tli"])
+    assert list(props["tli"]) == [F(1, 3), 0, F(1, 6), F(1, 2), 0]
+
+
+def test_empty_intersection_has_no_proposal_and_draws_from_p():
+    vm = rt.VocabMap(5, [-1, -1])
+    props = rt.build_proposals(fr(F(1, 2), F(1, 2)), vm, kernel=rt.DenseKernel(KERNEL))
+    for name in ("vanilla", "tli", "rdk_exact"):
+        assert all(props[name] == 0)
+        assert rt.acceptance_rate(P, props[name]) == 0
+        assert all(rt.residual(P, props[name]) == P)
+        assert all(rt.step_output_law(P, props[name]) == P)
+
+
+def test_residual_is_zero_not_nan_when_alpha_is_one():
+    res = rt.residual(P, P.copy())
+    assert all(res == 0)
+    resf = rt.residual(P.astype(float), P.astype(float))
+    assert np.all(resf == 0) and np.all(np.isfinite(resf))
+    assert all(rt.step_output_law(P, P.copy()) == P)
+
+
+def test_total_variation_and_alpha_identity():
+    r = fr(F(1, 4), F(1, 4), F(1, 4), F(1, 4), 0)
+    assert rt.total_variation(P, r) == F(1, 4)
+    assert rt.acceptance_rate(P, r) == 1 - rt.total_variation(P, r)
+
+
+def test_batched_leading_axes_match_rowwise():
+    rng = np.random.default_rng(3)
+    p = rng.dirichlet(np.ones(6), size=(2, 3))
+    q = rng.dirichlet(np.ones(4), size=(2, 3))
+    vm = rt.VocabMap(6, [5, 0, -1, 2])
+    ker = rt.DenseKernel(rng.dirichlet(np.ones(6), size=6))
+    batched = rt.build_proposals(q, vm, kernel=ker)
+    for i in range(2):
+        for j in range(3):
+            single = rt.build_proposals(q[i, j], vm, kernel=ker)
+            for k in batched:  # float64: equal up to the BLAS summation order
+                assert_close(batched[k][i, j], single[k])
+                assert_close(rt.acceptance_rate(p, batched[k])[i, j],
+                             rt.acceptance_rate(p[i, j], single[k]))

@@ -1,0 +1,86 @@
+"""First-order RDK (MATH.md section 5, a [definition] of this project)."""
+import numpy as np
+import pytest
+
+import rdk_theory as rt
+from tests.tolerances import assert_close, assert_leq
+
+
+def _setup(seed=0, n=25, s=30, kept=10):
+    rng = np.random.default_rng(seed)
+    cal = rng.dirichlet(np.full(n, 0.3), size=s)
+    vm = rt.VocabMap.from_kept_ids(rng.choice(n, kept, replace=False), n)
+    q = rng.dirichlet(np.full(kept, 0.5), size=8)
+    p = rng.dirichlet(np.full(n, 0.5), size=8)
+    return cal, vm, q, p
+
+
+def _first_order_matrix(cal, tau):
+    """The first-order kernel written out densely: the O(N^2) reference of the O(N S) code."""
+    a_full = rt.calibration_covariance(cal) / tau
+    a = np.diag(a_full)
+    b = a_full - np.diag(a)
+    n = cal.shape[1]
+    z = np.exp(a) + n - 1 - a
+    m = (1 + b) / z[:, None]
+    np.fill_diagonal(m, np.exp(a) / z)
+    return m
+
+
+@pytest.mark.parametrize("tau", [1e-3, 1e-2, 1.0])
+def test_low_rank_algebra_equals_the_dense_first_order_matrix(tau):
+    cal, vm, q, _ = _setup()
+    fo = rt.FirstOrderCovarianceKernel(cal, tau)
+    tli = rt.tli_proposal(q, vm)
+    m = _first_order_matrix(cal, tau)
+    assert_close(m.sum(axis=1), 1.0)  # Z makes the first-order rows sum to 1 exactly
+    assert_close(fo.transport_unclipped(tli), tli @ m, atol=1e-12)
+    assert_close(fo.transport_unclipped(tli).sum(axis=-1), 1.0)
+
+
+def test_full_rank_truncation_changes_nothing_and_factor_constructor_agrees():
+    cal, vm, q, _ = _setup()
+    tli = rt.tli_proposal(q, vm)
+    fo = rt.FirstOrderCovarianceKernel(cal, 0.05)
+    assert_close(rt.FirstOrderCovarianceKernel(cal, 0.05, rank=25).transport(tli), fo.transport(tli))
+    assert_close(rt.FirstOrderCovarianceKernel.from_factor(fo.factor, 0.05).transport(tli), fo.transport(tli))
+
+
+def test_clipped_output_is_a_distribution_and_zero_rows_stay_zero():
+    cal, vm, q, _ = _setup()
+    fo = rt.FirstOrderCovarianceKernel(cal, 1e-4)  # strongly non-linear regime: negatives appear
+    tli = rt.tli_proposal(q, vm)
+    raw = fo.transport_unclipped(tli)
+    assert raw.min() < 0
+    out = fo.transport(tli)
+    assert out.min() >= 0
+    assert_close(out.sum(axis=-1), 1.0)
+    assert np.all(fo.transport(np.zeros((2, 25))) == 0)
+
+
+def test_no_overflow_for_tiny_tau():
+    cal, vm, q, _ = _setup()
+    with np.errstate(over="raise", invalid="raise", divide="raise"):
+        fo = rt.FirstOrderCovarianceKernel(cal, 1e-9)
+    out = fo.transport(rt.tli_proposal(q, vm))
+    assert np.all(np.isfinite(out))
+    assert_close(out.sum(axis=-1), 1.0)
+
+
+def test_theorem_e_bound_and_second_order_shrinkage_in_tau():
+    cal, vm, q, p = _setup(seed=4)
+    tli = rt.tli_proposal(q, vm)
+    tvs = []
+    taus = [0.05 * 2**k for k in range(6)]
+    for tau in taus:
+        exact = rt.covariance_softmax_kernel(cal, tau).transport(tli)
+        approx = rt.FirstOrderCovarianceKernel(cal, tau).transport(tli)
+        tv = rt.total_variation(exact, approx)
+        gap = np.abs(rt.acceptance_rate(p, exact) - rt.acceptance_rate(p, approx))
+        assert_leq(gap, tv)  # Theorem E, per context
+        tvs.append(tv.max())
+    tvs = np.array(tvs)
+    assert np.all(np.diff(tvs) < 0), tvs  # the error shrinks as tau grows
+    # second order in max|B| ~ 1/tau: doubling tau divides the error by about 4
+    ratios = tvs[2:-1] / tvs[3:]
+    assert np.all((ratios > 3.0) & (ratios < 5.0)), ratios

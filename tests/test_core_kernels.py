@@ -1,0 +1,84 @@
+import numpy as np
+import pytest
+import scipy.sparse as sp
+
+import rdk_theory as rt
+from tests.tolerances import assert_close, assert_leq
+
+
+def _cal(rng, s=40, n=12):
+    return rng.dirichlet(np.full(n, 0.5), size=s)
+
+
+def test_dense_kernel_rejects_non_stochastic_and_negative():
+    with pytest.raises(rt.InputError, match="row 1 sums to"):
+        rt.DenseKernel(np.array([[1.0, 0.0], [0.3, 0.3]]))
+    with pytest.raises(rt.InputError, match="negative"):
+        rt.DenseKernel(np.array([[1.5, -0.5], [0.0, 1.0]]))
+    with pytest.raises(rt.InputError, match="square"):
+        rt.DenseKernel(np.ones((2, 3)) / 3)
+    with pytest.raises(rt.InputError, match="row-stochastic"):
+        rt.SparseKernel(sp.csr_matrix(np.array([[0.5, 0.0], [0.0, 1.0]])))
+
+
+def test_covariance_rows_sum_to_zero_and_softmax_kernel_is_stochastic():
+    rng = np.random.default_rng(0)
+    cal = _cal(rng)
+    om = rt.calibration_covariance(cal)
+    assert_close(om.sum(axis=1), 0.0)
+    assert_close(om, np.cov(cal.T, bias=True))
+    ker = rt.covariance_softmax_kernel(cal, tau=0.01)
+    assert_close(ker.row_sums(), 1.0)
+    expected = np.exp(om[3] / 0.01) / np.exp(om[3] / 0.01).sum()
+    assert_close(ker.matrix[3], expected)
+
+
+def test_marginal_kernel_definition_and_identity_fallback():
+    rng = np.random.default_rng(1)
+    cal = _cal(rng)
+    vm = rt.VocabMap.from_kept_ids([0, 1, 2, 3], 12)
+    mk = rt.MarginalKernel.from_calibration(cal, vm)
+    mu = cal.mean(axis=0)
+    w = np.zeros(12)
+    w[4:] = mu[4:] / mu[4:].sum()
+    assert_close(mk.w, w)
+    assert_close(mk.lam, mu[4:].sum())
+    q = rng.dirichlet(np.ones(12), size=3)
+    assert_close(mk.transport(q), q @ mk.dense())
+    full = rt.MarginalKernel.from_calibration(cal, rt.VocabMap.identity(12))
+    assert full.lam == 0.0
+    assert_close(full.transport(q), q)
+    assert rt.MarginalKernel.from_calibration(cal, vm, lam=0.25).lam == 0.25
+
+
+def test_sparse_topk_keeps_diagonal_and_k_largest_and_matches_dense_transport():
+    rng = np.random.default_rng(2)
+    cal = _cal(rng, n=30)
+    n, k, tau = 30, 4, 0.02
+    om = rt.calibration_covariance(cal)
+    ker = rt.sparse_topk_kernel(rt.covariance_affinity(cal), k, tau, n=n, block=7)
+    dense_from_matrix = rt.sparse_topk_kernel(om, k, tau)
+    m = ker.matrix.toarray()
+    assert_close(m, dense_from_matrix.matrix.toarray())
+    assert_close(m.sum(axis=1), 1.0)
+    assert np.all((m > 0).sum(axis=1) == k)
+    assert np.all(np.diag(m) > 0)
+    i = 5
+    off = np.delete(np.arange(n), i)
+    top_off = set(off[np.argsort(-om[i, off])[: k - 1]])
+    assert set(np.flatnonzero(m[i])) == top_off | {i}
+    q = rng.dirichlet(np.ones(n), size=5)
+    assert_close(ker.transport(q), q @ m)
+    assert_close(rt.as_kernel(sp.csr_matrix(m)).transport(q), q @ m)
+
+
+def test_rdk_can_exceed_the_oov_cap():
+    """O2/O4 in one example: TLI is capped by p(I); a kernel moving mass to OOV is not."""
+    p = np.array([0.4, 0.1, 0.5])
+    vm = rt.VocabMap.from_kept_ids([0, 1], 3)
+    q = np.array([0.5, 0.5])
+    ker = rt.DenseKernel(np.array([[0.5, 0.0, 0.5], [0.0, 0.2, 0.8], [0, 0, 1.0]]))
+    props = rt.build_proposals(q, vm, kernel=ker)
+    cap = rt.oov_cap(p, vm)
+    assert_leq(rt.acceptance_rate(p, props["tli"]), cap)
+    assert rt.acceptance_rate(p, props["rdk_exact"]) > cap + 0.1

@@ -1,0 +1,43 @@
+import numpy as np
+import pytest
+
+import rdk_theory as rt
+from rdk_theory import synthetic
+from tests.tolerances import assert_close
+
+
+def test_families_are_distributions_with_the_promised_shape():
+    rng = np.random.default_rng(0)
+    d = synthetic.dirichlet(rng, 50, 0.1, size=(3, 4))
+    assert d.shape == (3, 4, 50)
+    assert_close(d.sum(-1), 1.0)
+    z = synthetic.zipf(100, 1.2)
+    assert_close(z.sum(), 1.0)
+    assert np.all(np.diff(z) < 0)
+    assert_close(z[0] / z[1], 2**1.2)
+    s = synthetic.sparse_topk(rng, 30, 4, size=5)
+    assert np.all((s > 0).sum(-1) == 4)
+    assert_close(s.sum(-1), 1.0)
+    tiny = synthetic.dirichlet(rng, 10, 1e-6, size=20)  # gamma draws underflow: point masses
+    assert np.all(np.isfinite(tiny)) and np.allclose(tiny.sum(-1), 1.0)
+
+
+def test_adversarial_pairs_have_their_named_acceptance():
+    pairs = synthetic.adversarial_pairs(6)
+    alpha = {k: float(rt.acceptance_rate(p, q)) for k, (p, q) in pairs.items()}
+    assert alpha["equal"] == pytest.approx(1.0)
+    assert alpha["disjoint_supports"] == 0.0
+    assert alpha["point_masses_equal"] == 1.0
+    assert alpha["point_masses_distinct"] == 0.0
+    assert alpha["point_vs_uniform"] == pytest.approx(1 / 6)
+
+
+def test_zipfian_lm_is_seeded_and_pruning_loses_mass():
+    a = synthetic.zipfian_lm(np.random.default_rng(5), 256, contexts=8, calibration=16)
+    b = synthetic.zipfian_lm(np.random.default_rng(5), 256, contexts=8, calibration=16)
+    np.testing.assert_array_equal(a.target_probs, b.target_probs)
+    for arr in (a.target_probs, a.draft_probs, a.calibration_probs):
+        assert_close(arr.sum(-1), 1.0)
+    kept = rt.keep_most_frequent(a.calibration_probs.mean(0), 26)
+    cap = rt.oov_cap(a.target_probs, rt.VocabMap.from_kept_ids(kept, 256))
+    assert np.all(cap < 1) and cap.mean() > 0.3

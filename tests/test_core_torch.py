@@ -1,0 +1,69 @@
+"""numpy float64 and torch (CPU, and CUDA when present) give the same numbers."""
+import numpy as np
+import pytest
+
+import rdk_theory as rt
+from tests.stats import assert_matches_law
+from tests.tolerances import TORCH_FLOAT64_ATOL, assert_close
+
+torch = pytest.importorskip("torch")
+
+DEVICES = ["cpu"] + (["cuda"] if torch.cuda.is_available() else [])
+
+
+def _case(seed=0, n=300, kept=60, c=16):
+    rng = np.random.default_rng(seed)
+    cal = rng.dirichlet(np.full(n, 0.2), size=40)
+    p = rng.dirichlet(np.full(n, 0.2), size=c)
+    ids = rng.choice(n, kept, replace=False)
+    ids[:5] = -1  # heterogeneous: five drafter tokens absent from the target
+    vm = rt.VocabMap(n, ids)
+    q = rng.dirichlet(np.full(kept, 0.3), size=c)
+    return cal, p, q, vm
+
+
+@pytest.mark.parametrize("device", [pytest.param(d, marks=pytest.mark.gpu if d == "cuda" else ())
+                                    for d in DEVICES])
+def test_all_proposals_and_acceptances_agree(device):
+    cal, p, q, vm = _case()
+    kernels = {
+        "covariance": rt.covariance_softmax_kernel(cal, 0.01),
+        "marginal": rt.MarginalKernel.from_calibration(cal, vm),
+        "sparse": rt.sparse_topk_kernel(rt.covariance_affinity(cal), 8, 0.01, n=300),
+    }
+    fo = rt.FirstOrderCovarianceKernel(cal, 0.01)
+    tp = lambda a: torch.as_tensor(a, dtype=torch.float64, device=device)  # noqa: E731
+    for name, ker in kernels.items():
+        ref = rt.build_proposals(q, vm, kernel=ker, first_order=fo)
+        got = rt.build_proposals(tp(q), vm, kernel=ker, first_order=fo)
+        for k in ref:
+            assert_close(got[k].cpu().numpy(), ref[k], atol=TORCH_FLOAT64_ATOL, err_msg=f"{name}/{k}")
+            assert_close(rt.acceptance_rate(tp(p), got[k]).cpu().numpy(),
+                         rt.acceptance_rate(p, ref[k]), atol=TORCH_FLOAT64_ATOL)
+            assert_close(rt.residual(tp(p), got[k]).cpu().numpy(), rt.residual(p, ref[k]),
+                         atol=TORCH_FLOAT64_ATOL)
+            assert_close(rt.step_output_law(tp(p), got[k]).cpu().numpy(), p, atol=1e-12)
+    assert_close(rt.oov_cap(tp(p), vm).cpu().numpy(), rt.oov_cap(p, vm), atol=TORCH_FLOAT64_ATOL)
+
+
+@pytest.mark.parametrize("device", [pytest.param(d, marks=pytest.mark.gpu if d == "cuda" else ())
+                                    for d in DEVICES])
+def test_torch_sampler_emits_the_target_law(device):
+    """Monte Carlo: n = 200,000 steps; chi-square against p at the suite's per-test rate."""
+    cal, p, q, vm = _case(seed=1, n=40, kept=12, c=1)
+    r = rt.build_proposals(q, vm, first_order=rt.FirstOrderCovarianceKernel(cal, 0.01))["rdk_first_order"][0]
+    p0 = p[0].copy()
+    p0[:3] = 0
+    p0 /= p0.sum()
+    gen = torch.Generator(device=device).manual_seed(7)
+    tokens, accepted = rt.sample_steps(torch.as_tensor(p0, device=device),
+                                       torch.as_tensor(r, device=device), 200_000, gen)
+    counts = rt.emitted_counts(tokens, 40)
+    assert_matches_law(counts, p0, "torch sampler")
+
+
+def test_torch_input_validation_names_the_problem():
+    with pytest.raises(rt.InputError, match="non-finite"):
+        rt.acceptance_rate(torch.tensor([float("nan"), 1.0]), torch.tensor([0.5, 0.5]))
+    with pytest.raises(rt.InputError, match="sum to 1"):
+        rt.acceptance_rate(torch.tensor([0.2, 0.2]), torch.tensor([0.5, 0.5]))

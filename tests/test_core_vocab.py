@@ -1,0 +1,41 @@
+import numpy as np
+import pytest
+
+import rdk_theory as rt
+from rdk_theory.vocab import detect_space_marker
+
+
+def test_keep_most_frequent_breaks_ties_by_lower_id_and_sorts():
+    counts = np.array([5, 9, 5, 0, 9, 1])
+    assert list(rt.keep_most_frequent(counts, 3)) == [0, 1, 4]
+    assert list(rt.keep_most_frequent(counts, 1)) == [1]
+    with pytest.raises(rt.InputError, match="k must be in"):
+        rt.keep_most_frequent(counts, 7)
+
+
+def test_pruned_map_properties():
+    vm = rt.VocabMap.from_kept_ids([4, 1], 6)
+    assert vm.is_pruned and vm.n_draft == 2
+    assert list(vm.intersection) == [1, 4]
+    assert list(vm.oov) == [0, 2, 3, 5]
+    assert list(vm.in_target_mask) == [False, True, False, False, True, False]
+
+
+@pytest.mark.parametrize("bad, match", [
+    ([0, 6], "out of range"), ([0, -2], "out of range"), ([1, 1], "two drafter tokens"),
+    ([0.5, 1], "integers"), ([], "non-empty"),
+])
+def test_bad_maps_are_rejected_with_the_offending_value(bad, match):
+    with pytest.raises(rt.InputError, match=match):
+        rt.VocabMap(6, np.array(bad))
+
+
+def test_token_strings_normalise_word_start_markers():
+    target = ["<s>", "\u2581the", "\u2581cat", "s", "\u2581sat", "."]  # SentencePiece style
+    draft = ["\u0120the", "\u0120cat", "s", "\u0120dog", ".", "\u0120sat"]  # byte-level BPE style
+    vm = rt.VocabMap.from_token_strings(draft, target)
+    assert list(vm.draft_to_target) == [1, 2, 3, -1, 5, 4]
+    assert not vm.is_pruned
+    assert detect_space_marker(target) == "\u2581" and detect_space_marker(draft) == "\u0120"
+    same = rt.VocabMap.from_token_strings(target, target)
+    assert list(same.draft_to_target) == list(range(6))
