@@ -54,13 +54,19 @@ def zeros(like, shape):
     return np.zeros(shape, dtype=like.dtype if like.dtype.kind == "f" else np.float64)
 
 
-def scatter_last(values, index, size):
+def scatter_last(values, index, size, *, plan=None):
     """Place ``values[..., j]`` at position ``index[j]`` of a new last axis of length ``size``.
 
-    ``index`` holds distinct ids; columns with ``index == -1`` are dropped.
+    ``index`` holds distinct ids; columns with ``index == -1`` are dropped. ``plan`` is the
+    precomputed ``(keep, dst, is_identity)`` of :attr:`rdk_theory.vocab.VocabMap.scatter_plan`;
+    for the identity map ``values`` itself is returned (never mutated by the core).
     """
-    keep = np.flatnonzero(np.asarray(index) >= 0)
-    dst_idx = np.asarray(index)[keep]
+    if plan is None:
+        keep = np.flatnonzero(np.asarray(index) >= 0)
+        plan = (keep, np.asarray(index)[keep], False)
+    keep, dst_idx, identity = plan
+    if identity and values.shape[-1] == size:
+        return values
     out = zeros(values, tuple(values.shape[:-1]) + (size,))
     if is_torch(values):
         import torch
@@ -69,17 +75,22 @@ def scatter_last(values, index, size):
         d = torch.as_tensor(dst_idx, device=values.device)
         out[..., d] = values.index_select(-1, k)
         return out
-    out[..., dst_idx] = values[..., keep]
+    out[..., dst_idx] = values if keep.size == values.shape[-1] else values[..., keep]
     return out
 
 
 def safe_divide(num, den):
-    """``num / den`` where ``den > 0``, else 0 (``den`` broadcasts; exact for Fractions)."""
+    """``num / den`` where ``den > 0``, else 0 (``den`` broadcasts; exact for Fractions).
+
+    For floats, ``den`` is usually a per-row total (shape (..., 1)): its reciprocal is formed
+    once and ``num`` is touched by a single multiplication.
+    """
     if is_torch(num):
         import torch
 
-        den_safe = torch.where(den > 0, den, torch.ones_like(den))
-        return torch.where(den > 0, num / den_safe, torch.zeros_like(num))
+        inv = torch.where(den > 0, 1.0 / torch.where(den > 0, den, torch.ones_like(den)),
+                          torch.zeros_like(den))
+        return num * inv
     if is_exact(num):
         den_b = np.broadcast_to(den, num.shape)
         out = np.empty(num.shape, dtype=object)
@@ -87,8 +98,9 @@ def safe_divide(num, den):
             d = den_b[idx]
             out[idx] = num[idx] / d if d > 0 else 0
         return out
-    den_safe = np.where(den > 0, den, 1.0)
-    return np.where(den > 0, num / den_safe, 0.0)
+    den = np.asarray(den)
+    inv = np.divide(1.0, den, out=np.zeros(den.shape), where=den > 0)
+    return num * inv
 
 
 def to_numpy(x) -> np.ndarray:

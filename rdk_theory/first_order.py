@@ -59,6 +59,12 @@ class FirstOrderCovarianceKernel:
         e = np.exp(-a)
         den = 1 + (self.n - 1 - a) * e
         self.a, self.inv_z, self.diag_coef = a, e / den, (1 - e) / den
+        # Precomputed so that one call is two thin matrix products and three passes over N:
+        #   [C v ; sum v] = q' @ left.T  with v = q' / Z,
+        #   q'' = (C v) @ (C / tau) + q' * (diag_coef - a / Z) + sum v.
+        self._left = np.vstack([c * self.inv_z, self.inv_z[None, :]])  # (S + 1, N)
+        self._right = c / self.tau  # (S, N)
+        self._coef = self.diag_coef - self.a * self.inv_z
         self._torch = _DeviceCache()
 
     @classmethod
@@ -73,22 +79,42 @@ class FirstOrderCovarianceKernel:
     def _arrays(self, like):
         if B.is_torch(like):
             g = self._torch.get
-            return (g("c", self.factor, like), g("a", self.a, like), g("iz", self.inv_z, like),
-                    g("d", self.diag_coef, like))
-        return self.factor, self.a, self.inv_z, self.diag_coef
+            return g("l", self._left, like), g("r", self._right, like), g("k", self._coef, like)
+        return self._left, self._right, self._coef
 
     def transport_unclipped(self, q_prime):
-        """The first-order vector before clipping (sums to ``sum q'``; may hold negatives)."""
-        c, a, inv_z, d = self._arrays(q_prime)
-        v = q_prime * inv_z
-        omega_v = (v @ c.T) @ c  # (..., N): C^T (C v) for each row
-        b_t_v = omega_v / self.tau - a * v
-        return q_prime * d + B.total(v, keepdims=True) + b_t_v
+        """The first-order vector before clipping (sums to ``sum q'``; may hold negatives).
+
+        ``q'(j) (e^{a_j} - 1)/Z_j + sum_i v_i + (B^T v)_j`` with ``v = q'/Z`` and
+        ``B^T v = C^T (C v) / tau - a v``: O(N S) per row, no N x N matrix.
+        """
+        left, right, coef = self._arrays(q_prime)
+        u = q_prime @ left.T  # (..., S + 1): C v and sum v
+        out = u[..., :-1] @ right
+        if B.is_torch(out):
+            out.addcmul_(q_prime, coef).add_(u[..., -1:])
+        else:
+            out += np.multiply(q_prime, coef)
+            out += u[..., -1:]
+        return out
 
     def transport(self, q_prime):
-        """The first-order RDK proposal: clipped at 0 and renormalised to ``sum q'``."""
-        raw = B.positive_part(self.transport_unclipped(q_prime))
-        return B.safe_divide(raw, B.total(raw, keepdims=True)) * B.total(q_prime, keepdims=True)
+        """The first-order RDK proposal: clipped at 0 and renormalised to ``sum q'``.
+
+        When no entry is negative the vector already sums to ``sum q'`` (up to round-off) and is
+        returned as is; either way the returned vector is the one to sample, divide by and
+        build the residual from.
+        """
+        out = self.transport_unclipped(q_prime)
+        if B.is_torch(out):
+            if bool((out < 0).any()):
+                out.clamp_min_(0)
+                out *= B.safe_divide(B.total(q_prime, keepdims=True), B.total(out, keepdims=True))
+            return out
+        if out.min(initial=0.0) < 0:
+            np.maximum(out, 0.0, out=out)
+            out *= B.safe_divide(B.total(q_prime, keepdims=True), B.total(out, keepdims=True))
+        return out
 
     def max_offdiag_affinity(self) -> float:
         """``max_{i != j} |B_ij|`` (forms Omega: small N only, for error checks)."""

@@ -42,7 +42,8 @@ def vanilla_proposal(draft_probs, vocab_map, *, check: bool = True):
     Sub-stochastic when some drafter tokens are absent from the target ([2], Alg. 1).
     """
     q = _check(draft_probs, vocab_map, check)
-    return B.scatter_last(q, vocab_map.draft_to_target, vocab_map.n_target)
+    return B.scatter_last(q, vocab_map.draft_to_target, vocab_map.n_target,
+                          plan=vocab_map.scatter_plan)
 
 
 def tli_proposal(draft_probs, vocab_map, *, check: bool = True):

@@ -15,6 +15,7 @@ Builders:
 from __future__ import annotations
 
 from dataclasses import dataclass
+from functools import cached_property
 from typing import Sequence
 
 import numpy as np
@@ -67,6 +68,15 @@ class VocabMap:
         mask = np.zeros(self.n_target, dtype=bool)
         mask[self.draft_to_target[self.draft_to_target >= 0]] = True
         return mask
+
+    @cached_property
+    def scatter_plan(self):
+        """``(keep, dst, is_identity)``: drafter columns that exist in T, their target ids, and
+        whether the map is the identity (computed once; used by every proposal)."""
+        keep = np.flatnonzero(self.draft_to_target >= 0)
+        dst = self.draft_to_target[keep]
+        identity = keep.size == self.n_target and bool(np.all(dst == np.arange(self.n_target)))
+        return keep, dst, identity
 
     @property
     def is_pruned(self) -> bool:
