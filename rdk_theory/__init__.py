@@ -4,6 +4,7 @@ pruned or mismatched drafter vocabularies (vanilla, TLI, exact RDK, first-order 
 Notation (MATH.md): ``p`` target law over ``T``, ``q`` drafter law over ``D``, ``I`` the target
 ids reachable from the drafter, ``r`` a proposal, ``alpha(p, r) = sum_x min(p(x), r(x))``.
 """
+from . import synthetic
 from .acceptance import acceptance_rate, oov_cap, residual, step_output_law, total_variation
 from .first_order import FirstOrderCovarianceKernel
 from .kernels import (
@@ -31,5 +32,5 @@ __all__ = [
     "build_proposals", "calibration_covariance", "cosine_affinity", "covariance_affinity",
     "covariance_softmax_kernel", "emitted_counts", "keep_most_frequent", "oov_cap",
     "rdk_proposal", "residual", "sample_steps", "sparse_topk_kernel", "step_output_law",
-    "tli_proposal", "total_variation", "vanilla_proposal", "verify_step",
+    "synthetic", "tli_proposal", "total_variation", "vanilla_proposal", "verify_step",
 ]
