@@ -103,6 +103,12 @@ def safe_divide(num, den):
     return num * inv
 
 
+def softmax(x):
+    """Softmax over the last axis of a float64 numpy array (max-shifted: no overflow)."""
+    e = np.exp(x - x.max(axis=-1, keepdims=True))
+    return e / e.sum(axis=-1, keepdims=True)
+
+
 def to_numpy(x) -> np.ndarray:
     if is_torch(x):
         return x.detach().cpu().numpy()

@@ -186,12 +186,6 @@ def calibration_covariance(calibration_probs):
     return c.T @ c / cal.shape[0]
 
 
-def _softmax_rows(a):
-    a = a - a.max(axis=1, keepdims=True)
-    e = np.exp(a)
-    return e / e.sum(axis=1, keepdims=True)
-
-
 def covariance_softmax_kernel(calibration_probs, tau: float) -> DenseKernel:
     """Exact covariance-softmax kernel ``M_ij = exp(Omega_ij / tau) / sum_k exp(Omega_ik / tau)``.
 
@@ -199,7 +193,7 @@ def covariance_softmax_kernel(calibration_probs, tau: float) -> DenseKernel:
     """
     if not tau > 0:
         raise InputError(f"tau must be > 0, got {tau}")
-    return DenseKernel(_softmax_rows(calibration_covariance(calibration_probs) / tau), check=False)
+    return DenseKernel(B.softmax(calibration_covariance(calibration_probs) / tau), check=False)
 
 
 def covariance_affinity(calibration_probs):
@@ -254,9 +248,7 @@ def sparse_topk_kernel(affinity, k: int, tau: float = 1.0, *, n: int | None = No
         blk[ar, rows] = np.inf  # always keep the diagonal
         top = np.argpartition(-blk, k - 1, axis=1)[:, :k]
         blk[ar, rows] = diag
-        vals = np.take_along_axis(blk, top, axis=1) / tau
-        vals = np.exp(vals - vals.max(axis=1, keepdims=True))
-        vals /= vals.sum(axis=1, keepdims=True)
+        vals = B.softmax(np.take_along_axis(blk, top, axis=1) / tau)
         order = np.argsort(top, axis=1)
         sl = slice(start * k, (start + rows.size) * k)
         indices[sl] = np.take_along_axis(top, order, axis=1).ravel()

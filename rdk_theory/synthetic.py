@@ -16,6 +16,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from ._backend import softmax
 from .validation import InputError
 
 
@@ -98,12 +99,6 @@ class SyntheticLM:
     unigram: np.ndarray
 
 
-def _softmax(x):
-    x = x - x.max(axis=-1, keepdims=True)
-    e = np.exp(x)
-    return e / e.sum(axis=-1, keepdims=True)
-
-
 def zipfian_lm(rng, n: int = 2048, *, contexts: int = 64, calibration: int = 256,
                exponent: float = 1.1, topics: int = 16, topic_size: int = 24,
                topic_strength: float = 4.0, context_noise: float = 1.0,
@@ -125,9 +120,9 @@ def zipfian_lm(rng, n: int = 2048, *, contexts: int = 64, calibration: int = 256
         which = rng.integers(topics, size=count)
         rows = np.repeat(np.arange(count), topic_size)
         logits[rows, members[which].ravel()] += topic_strength
-        return _softmax(logits)
+        return softmax(logits)
 
     target = draw(contexts)
     cal = draw(calibration)
-    draft = _softmax(np.log(target) + drafter_noise * rng.standard_normal(target.shape))
+    draft = softmax(np.log(target) + drafter_noise * rng.standard_normal(target.shape))
     return SyntheticLM(target, draft, cal, np.exp(base))
