@@ -1,0 +1,56 @@
+r"""Statement A (acceptance): :math:`\alpha(p, r) = 1 - \mathrm{TV}(p, r)` when :math:`r` sums to 1,
+and :math:`0 \le \alpha \le 1` for every (sub-)stochastic :math:`r`.
+
+Proof (symbolic): the two-case split gives :math:`\min(a, b) = (a + b - |a - b|)/2`; summing with
+:math:`\sum p = \sum r = 1` gives :math:`\alpha = 1 - \tfrac12 \sum |p - r| = 1 - \mathrm{TV}`.
+Bounds: :math:`0 \le \min(p, r) \le p` termwise, so :math:`0 \le \alpha \le \sum p = 1`.
+
+Cross-check: :func:`rdk_theory.acceptance.acceptance_rate` and
+:func:`rdk_theory.acceptance.total_variation` on every exact pair of the grid.
+
+Perturbed statement (must be refuted): the identity also holds for a sub-stochastic proposal
+(dropping the hypothesis :math:`\sum r = 1`).
+"""
+from __future__ import annotations
+
+import sympy as sp
+
+from rdk_theory.acceptance import acceptance_rate, total_variation
+
+from .exhaustive import distributions, sub_distributions
+from .result import run_check
+
+ID = "A"
+TITLE = "alpha = 1 - TV(p, r) for normalised r, and 0 <= alpha <= 1"
+PERTURBED = "alpha = 1 - TV(p, r) also for a sub-stochastic r"
+GRID = dict(n=3, d=4)
+
+
+def _symbolic() -> bool:
+    a, b = sp.symbols("a b", real=True)
+    e = sp.symbols("e", nonnegative=True)
+    f = sp.Min(a, b) - (a + b - sp.Abs(a - b)) / 2
+    return sp.simplify(f.subs(b, a + e)) == 0 and sp.simplify(f.subs(a, b + e)) == 0
+
+
+def _body(out):
+    if not _symbolic():
+        out.fail("sympy could not establish min(a,b) = (a + b - |a - b|)/2")
+    out.methods.append("sympy: two-case split min(a,b) = (a + b - |a-b|)/2, summed with sum p = sum r = 1")
+    n, d = GRID["n"], GRID["d"]
+    for p in distributions(n, d):
+        for r in sub_distributions(n, d):
+            out.cases += 1
+            alpha, tv = acceptance_rate(p, r), total_variation(p, r)
+            if not 0 <= alpha <= 1:
+                out.fail({"p": p, "r": r, "alpha": alpha})
+            if sum(r) == 1 and alpha != 1 - tv:
+                out.fail({"p": p, "r": r, "alpha": alpha, "tv": tv})
+            if sum(r) < 1 and alpha != 1 - tv:
+                out.refute({"p": p, "r": r, "alpha": alpha, "1 - tv": 1 - tv})
+    out.methods.append(f"exhaustive exact check of acceptance_rate / total_variation over all p and "
+                       f"(sub-)stochastic r on N = {n}, grid 1/{d}")
+
+
+def check():
+    return run_check(ID, TITLE, PERTURBED, _body, "proved")

@@ -1,0 +1,58 @@
+"""Exhaustive enumeration of small exact inputs: every distribution on a rational grid.
+
+``distributions(n, d)`` yields every probability vector of length ``n`` whose entries are
+multiples of ``1/d`` (all compositions of ``d`` into ``n`` non-negative parts), as numpy object
+arrays of ``Fraction``: exact zeros, point masses, disjoint supports and ``p == q`` all occur.
+"""
+from __future__ import annotations
+
+import itertools
+from fractions import Fraction
+
+import numpy as np
+
+
+def compositions(total: int, parts: int):
+    """All tuples of ``parts`` non-negative ints summing to ``total``."""
+    if parts == 1:
+        yield (total,)
+        return
+    for first in range(total + 1):
+        for rest in compositions(total - first, parts - 1):
+            yield (first,) + rest
+
+
+def fractions(values, d: int) -> np.ndarray:
+    return np.array([Fraction(v, d) for v in values], dtype=object)
+
+
+def distributions(n: int, d: int):
+    """Every law on ``n`` points with entries in ``{0, 1/d, ..., 1}``."""
+    for c in compositions(d, n):
+        yield fractions(c, d)
+
+
+def sub_distributions(n: int, d: int):
+    """Every sub-stochastic vector on ``n`` points with entries in ``{0, 1/d, ..., 1}``."""
+    for total in range(d + 1):
+        for c in compositions(total, n):
+            yield fractions(c, d)
+
+
+def vocab_maps(n_target: int, n_draft: int):
+    """Every ``draft_to_target`` of length ``n_draft`` over ``n_target`` (``-1`` allowed, no repeats)."""
+    for entries in itertools.product(range(-1, n_target), repeat=n_draft):
+        valid = [e for e in entries if e >= 0]
+        if len(valid) == len(set(valid)):
+            yield np.array(entries, dtype=np.int64)
+
+
+def row_stochastic(n: int, d: int):
+    """Every ``n x n`` row-stochastic matrix with entries in multiples of ``1/d`` (small n, d!)."""
+    rows = list(distributions(n, d))
+    for choice in itertools.product(rows, repeat=n):
+        yield np.stack(choice)
+
+
+def is_distribution(x) -> bool:
+    return all(v >= 0 for v in x) and sum(x) == 1

@@ -1,0 +1,112 @@
+r"""Statement O5 (first-order gain): for :math:`M = (1 - \lambda) I + \lambda K` the right
+derivative of :math:`\alpha(\lambda) = \sum_x \min(p, q' + \lambda (K^\top q' - q'))` at 0 is
+
+.. math::
+    \alpha'(0^+) = \sum_{x: q' < p} (K^\top q' - q')(x) + \sum_{x: q' = p} \min(0, (K^\top q' - q')(x)),
+
+and :math:`\alpha` is concave in :math:`\lambda` and in :math:`M`, so the best static kernel is a
+linear program (:func:`rdk_theory.bounds.best_static_kernel_lp`).
+
+Proof (symbolic): each term :math:`\min(p, c + \lambda d)` is the minimum of two affine functions;
+for :math:`\lambda` below the term's first kink sympy evaluates the difference quotient
+exactly in the three cases
+:math:`c < p`, :math:`c > p`, :math:`c = p` (the last split on the sign of :math:`d`). Concavity:
+:math:`\min` is concave because for :math:`t, u \ge 0` both affine pieces dominate
+:math:`t \min(a_1, b_1) + u \min(a_2, b_2)` (sympy, every ordering), and :math:`q''` is linear in
+:math:`\lambda` and in :math:`M`.
+
+Cross-check: exact difference quotients with :math:`\lambda = 1/1000` (below every kink on the
+grid) against the formula, over every :math:`p, q'` and every :math:`3 \times 3` row-stochastic
+:math:`K` with entries in :math:`\{0, 1/2, 1\}`; midpoint concavity at exact :math:`\lambda` values.
+
+Perturbed statement (must be refuted): the tie term without its min,
+:math:`\sum_{x: q' \le p} (K^\top q' - q')(x)`.
+"""
+from __future__ import annotations
+
+from fractions import Fraction
+
+import numpy as np
+import sympy as sp
+
+from rdk_theory.acceptance import acceptance_rate
+
+from .exhaustive import distributions, row_stochastic
+from .result import run_check
+from .symbolic import holds_for_all_orderings
+
+ID = "O5"
+TITLE = "right derivative of alpha in lambda at 0, and concavity in lambda and M"
+PERTURBED = "alpha'(0+) = sum over q' <= p of (K^T q' - q') (tie term without its min)"
+GRID = dict(n=3, d=3, kernel_d=2)
+LAM = Fraction(1, 1000)
+
+
+def _symbolic() -> bool:
+    lam, e, g, w = sp.symbols("lambda e g w", positive=True)  # g = |d|
+    t = sp.Symbol("t", real=True)
+    q = lambda p, c, y: (sp.Min(p, y) - sp.Min(p, c)) / lam  # noqa: E731  y = c + lambda d
+    # (p, c, y = c + lambda d, wanted derivative) for lambda below the first kink of the term:
+    cases = [
+        (t + lam * g + w, t, t + lam * g, g),    # c < p, d = g > 0 (c + lambda d still < p)
+        (t + e, t, t - lam * g, -g),             # c < p, d = -g < 0
+        (t, t + e, t + e + lam * g, 0),          # c > p, d > 0
+        (t, t + w + lam * g, t + w, 0),          # c > p, d = -g < 0 (c + lambda d still > p)
+        (t, t, t + lam * g, 0),                  # c = p, d > 0: min(0, d) = 0
+        (t, t, t - lam * g, -g),                 # c = p, d < 0: min(0, d) = d
+        (t + e, t, t, 0), (t, t, t, 0), (t, t + e, t + e, 0),  # d = 0
+    ]
+    ok = all(sp.simplify(q(p, c, y) - want) == 0 for p, c, y, want in cases)
+    # concavity of min: t min(a1,b1) + u min(a2,b2) <= both affine pieces, t, u >= 0.
+    a1, b1, a2, b2 = sp.symbols("a1 b1 a2 b2", real=True)
+    tt, uu = sp.symbols("t_1 u_1", nonnegative=True)
+    z = tt * sp.Min(a1, b1) + uu * sp.Min(a2, b2)
+    ok_a, _ = holds_for_all_orderings(tt * a1 + uu * a2 - z, [a1, b1, a2, b2], ">=")
+    ok_b, _ = holds_for_all_orderings(tt * b1 + uu * b2 - z, [a1, b1, a2, b2], ">=")
+    return bool(ok and ok_a and ok_b)
+
+
+def alpha_of_lambda(p, q_prime, k_matrix, lam):
+    """``alpha(p, (1 - lam) q' + lam K^T q')`` on exact or float inputs."""
+    return acceptance_rate(p, (1 - lam) * q_prime + lam * (q_prime @ k_matrix), check=False)
+
+
+def right_derivative(p, q_prime, k_matrix):
+    """The O5 formula for ``alpha'(0+)``."""
+    d = q_prime @ k_matrix - q_prime
+    return sum(d[x] for x in range(len(p)) if q_prime[x] < p[x]) + \
+        sum(min(0, d[x]) for x in range(len(p)) if q_prime[x] == p[x])
+
+
+def _body(out):
+    if not _symbolic():
+        out.fail("sympy could not establish the one-sided limits or the concavity of min")
+    out.methods.append("sympy: difference quotient of min(p, c + lambda d) for lambda below the term's first kink, in the "
+                       "cases c < p, c > p, c = p split on the sign of d; concavity of min in every ordering")
+    n, d, kd = GRID["n"], GRID["d"], GRID["kernel_d"]
+    laws = list(distributions(n, d))
+    kernels = list(row_stochastic(n, kd))
+    for k in kernels:
+        for qp in laws:
+            dvec = qp @ k - qp
+            for p in laws:
+                out.cases += 1
+                a0 = alpha_of_lambda(p, qp, k, 0)
+                fd = (alpha_of_lambda(p, qp, k, LAM) - a0) / LAM
+                if fd != right_derivative(p, qp, k):
+                    out.fail({"p": p, "q_prime": qp, "K": k, "difference_quotient": fd,
+                              "formula": right_derivative(p, qp, k)})
+                wrong = sum(dvec[x] for x in range(n) if qp[x] <= p[x])
+                if fd != wrong:
+                    out.refute({"p": p, "q_prime": qp, "K": k, "difference_quotient": fd, "perturbed": wrong})
+                a1, a_half = alpha_of_lambda(p, qp, k, 1), alpha_of_lambda(p, qp, k, Fraction(1, 2))
+                if a_half < (a0 + a1) / 2:
+                    out.fail({"p": p, "q_prime": qp, "K": k, "concavity": [a0, a_half, a1]})
+    out.methods.append(f"exhaustive exact check: difference quotient at lambda = {LAM} equals the formula, "
+                       f"and midpoint concavity, over all p, q' on N = {n}, grid 1/{d}, and all "
+                       f"{len(kernels)} row-stochastic K with entries in multiples of 1/{kd}")
+    _ = np  # arrays are numpy object arrays of Fractions
+
+
+def check():
+    return run_check(ID, TITLE, PERTURBED, _body, "proved")

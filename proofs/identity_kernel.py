@@ -1,0 +1,59 @@
+r"""Statement O3 (identity kernel): exact RDK with :math:`M = I` equals TLI.
+
+:math:`q'' = M^\top q' = I^\top q' = q'` for a vocabulary of any size :math:`n`.
+
+Proof (symbolic): sympy's matrix-expression algebra simplifies :math:`I_n^\top q` to :math:`q` for a
+symbolic :math:`n`. Cross-check: :func:`rdk_theory.proposals.rdk_proposal` with the
+:class:`~rdk_theory.kernels.IdentityKernel` and with an explicit dense exact identity matrix equals
+:func:`~rdk_theory.proposals.tli_proposal` (``==``) on every drafter map and grid law.
+
+Perturbed statement (must be refuted): a uniform kernel (every row :math:`1/n`) also equals TLI.
+"""
+from __future__ import annotations
+
+import numpy as np
+import sympy as sp
+
+from rdk_theory.kernels import DenseKernel, IdentityKernel
+from rdk_theory.proposals import rdk_proposal, tli_proposal
+from rdk_theory.vocab import VocabMap
+
+from .exhaustive import distributions, fractions, vocab_maps
+from .result import run_check
+
+ID = "O3"
+TITLE = "RDK with the identity kernel equals TLI"
+PERTURBED = "RDK with the uniform kernel equals TLI"
+GRID = dict(n_target=3, n_draft=3, d=3)
+
+
+def _body(out):
+    n = sp.Symbol("n", integer=True, positive=True)
+    q = sp.MatrixSymbol("q", n, 1)
+    if sp.simplify((sp.Identity(n).T * q).doit()) != q:
+        out.fail("sympy could not simplify I^T q to q")
+    out.methods.append("sympy: I_n^T q = q for symbolic n (matrix expressions)")
+    nt, nd, d = GRID["n_target"], GRID["n_draft"], GRID["d"]
+    eye = np.empty((nt, nt), dtype=object)
+    for i in range(nt):
+        eye[i] = fractions([int(i == j) for j in range(nt)], 1)
+    dense_eye = DenseKernel(eye)
+    uniform = DenseKernel(np.array([list(fractions([1] * nt, nt))] * nt, dtype=object))
+    for m in vocab_maps(nt, nd):
+        vm = VocabMap(nt, m)
+        for q in distributions(nd, d):
+            out.cases += 1
+            tli = list(tli_proposal(q, vm))
+            for kern in (IdentityKernel(), dense_eye):
+                got = list(rdk_proposal(q, vm, kern))
+                if got != tli:
+                    out.fail({"q": q, "draft_to_target": m, "kernel": type(kern).__name__, "rdk": got, "tli": tli})
+            uni = list(rdk_proposal(q, vm, uniform))
+            if uni != tli:
+                out.refute({"q": q, "draft_to_target": m, "rdk_uniform": uni, "tli": tli})
+    out.methods.append(f"exhaustive exact check of rdk_proposal == tli_proposal over every drafter map "
+                       f"with N_T = N_D = {nt} and every q on the 1/{d} grid")
+
+
+def check():
+    return run_check(ID, TITLE, PERTURBED, _body, "proved")

@@ -1,0 +1,75 @@
+r"""Statement L (lossless): one verification step emits exactly the target law.
+
+For every target law :math:`p` on :math:`T` and every (sub-)stochastic proposal :math:`r`,
+
+.. math::
+    P(\mathrm{out} = y) = \min(p(y), r(y)) + (1 - \alpha)\,
+    \frac{(p(y) - r(y))^+}{\sum_x (p(x) - r(x))^+} = p(y),
+    \qquad \alpha = \sum_x \min(p(x), r(x)).
+
+Proof (symbolic): the two-case split of min gives :math:`\min(a, b) + (a - b)^+ = a` for all real
+:math:`a, b`; summing over :math:`x` with :math:`\sum p = 1` gives the normaliser
+:math:`\sum_x (p - r)^+ = 1 - \alpha` (the telescoping of the output law), so the reject branch
+contributes exactly :math:`(p(y) - r(y))^+` and the two branches add up to :math:`p(y)`. When
+:math:`\alpha = 1` the reject branch has weight 0 and the residual is never used.
+
+Cross-check: the core's :func:`rdk_theory.acceptance.step_output_law` equals :math:`p` with
+``==`` for every pair on the grid below.
+
+Perturbed statement (must be refuted): the reject branch draws from :math:`p` itself
+("resample from the target") instead of the residual.
+"""
+from __future__ import annotations
+
+import sympy as sp
+
+from rdk_theory.acceptance import acceptance_rate, step_output_law
+
+from .exhaustive import distributions, sub_distributions
+from .result import run_check
+
+ID = "L"
+TITLE = "one verification step is lossless for every (sub-)stochastic proposal"
+PERTURBED = "resampling from p (instead of the residual) on rejection is also lossless"
+GRID = dict(n=3, d=4)
+
+
+def _symbolic(out) -> bool:
+    a, b = sp.symbols("a b", real=True)
+    e = sp.symbols("e", nonnegative=True)
+    lemma = sp.Min(a, b) + sp.Max(0, a - b) - a
+    # case a <= b: b = a + e;  case a > b: a = b + e.
+    ok = sp.simplify(lemma.subs(b, a + e)) == 0 and sp.simplify(lemma.subs(a, b + e)) == 0
+    # telescoping of the output law for a symbolic vocabulary of size n:
+    n = sp.Symbol("n", integer=True, positive=True)
+    x = sp.Idx("x", n)
+    pp, rr = sp.IndexedBase("p"), sp.IndexedBase("r")
+    total_excess = sp.Sum(pp[x] - sp.Min(pp[x], rr[x]), (x, 0, n - 1))
+    alpha = sp.Sum(sp.Min(pp[x], rr[x]), (x, 0, n - 1))
+    sum_p = sp.Sum(pp[x], (x, 0, n - 1))
+    telescoped = sp.simplify((total_excess - (sum_p - alpha)).doit())
+    ok = ok and telescoped == 0
+    out.methods.append("sympy: two-case split of min gives min(a,b) + (a-b)^+ = a; summed over a "
+                       "symbolic vocabulary with sum p = 1 the residual's normaliser is 1 - alpha")
+    return ok
+
+
+def _body(out):
+    if not _symbolic(out):
+        out.fail("sympy could not establish the two-case lemma")
+    n, d = GRID["n"], GRID["d"]
+    for p in distributions(n, d):
+        for r in sub_distributions(n, d):
+            out.cases += 1
+            if list(step_output_law(p, r)) != list(p):
+                out.fail({"p": p, "r": r, "output_law": step_output_law(p, r)})
+            alpha = acceptance_rate(p, r)
+            wrong = [min(pi, ri) + (1 - alpha) * pi for pi, ri in zip(p, r)]
+            if wrong != list(p):
+                out.refute({"p": p, "r": r, "perturbed_output_law": wrong})
+    out.methods.append(f"exhaustive exact check of rdk_theory.acceptance.step_output_law == p over "
+                       f"all p (N = {n}) and sub-stochastic r on the 1/{d} grid")
+
+
+def check():
+    return run_check(ID, TITLE, PERTURBED, _body, "proved")

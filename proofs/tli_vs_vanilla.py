@@ -1,0 +1,64 @@
+r"""Statement O1 (TLI >= vanilla): :math:`\alpha(p, q') \ge \alpha(p, q)` for every drafter map.
+
+With :math:`q(I) \in (0, 1]` the TLI proposal is :math:`q'(x) = q(x) / q(I) \ge q(x)` on :math:`I`
+(and both are 0 off :math:`I`); :math:`\min(p, \cdot)` is non-decreasing, so the inequality holds
+termwise. When :math:`q(I) = 0` both acceptances are 0 (**[definition]** of MATH.md section 3).
+
+Proof (symbolic): sympy shows :math:`q/s - q = q (1 - s)/s \ge 0` for :math:`0 < s \le 1`, and
+:math:`\min(p, b) - \min(p, a) \ge 0` for :math:`b = a + e`, :math:`e \ge 0`, in both cases of min.
+
+Cross-check: core proposals on every drafter map with :math:`N_T, N_D \le 3` (``-1`` entries,
+empty and singleton intersections included) and every exact :math:`p, q` on the grid.
+
+Perturbed statement (must be refuted): swapped, vanilla >= TLI.
+"""
+from __future__ import annotations
+
+import sympy as sp
+
+from rdk_theory.acceptance import acceptance_rate
+from rdk_theory.proposals import tli_proposal, vanilla_proposal
+from rdk_theory.vocab import VocabMap
+
+from .exhaustive import distributions, vocab_maps
+from .result import run_check
+from .symbolic import holds_for_all_orderings
+
+ID = "O1"
+TITLE = "TLI accepts at least as often as vanilla, termwise"
+PERTURBED = "vanilla accepts at least as often as TLI"
+GRID = dict(n_target=3, n_draft=3, d=3)
+
+
+def _symbolic() -> bool:
+    q, s = sp.symbols("q s", positive=True)
+    ok_scale = sp.simplify((q / s - q) - q * (1 - s) / s) == 0  # >= 0 since 0 < s <= 1
+    p, a, b = sp.symbols("p a b", real=True)
+    ok_mono, _ = holds_for_all_orderings(sp.Min(p, b) - sp.Min(p, a), [p, a, b], ">=", given=[(a, b)])
+    return bool(ok_scale and ok_mono)
+
+
+def _body(out):
+    if not _symbolic():
+        out.fail("sympy could not establish q/s >= q and the monotonicity of min(p, .)")
+    out.methods.append("sympy: q/s - q = q(1-s)/s >= 0 for 0 < s <= 1, and min(p, b) >= min(p, a) for a <= b in every ordering of p, a, b")
+    nt, nd, d = GRID["n_target"], GRID["n_draft"], GRID["d"]
+    ps = list(distributions(nt, d))
+    qs = list(distributions(nd, d))
+    for m in vocab_maps(nt, nd):
+        vm = VocabMap(nt, m)
+        for q in qs:
+            van, tli = vanilla_proposal(q, vm), tli_proposal(q, vm)
+            for p in ps:
+                out.cases += 1
+                a_v, a_t = acceptance_rate(p, van), acceptance_rate(p, tli)
+                if a_t < a_v:
+                    out.fail({"p": p, "q": q, "draft_to_target": m, "alpha_tli": a_t, "alpha_vanilla": a_v})
+                if a_v < a_t:
+                    out.refute({"p": p, "q": q, "draft_to_target": m, "alpha_vanilla": a_v, "alpha_tli": a_t})
+    out.methods.append(f"exhaustive exact check of the core proposals over every drafter map with "
+                       f"N_T = N_D = {nt} and every p, q on the 1/{d} grid")
+
+
+def check():
+    return run_check(ID, TITLE, PERTURBED, _body, "proved")

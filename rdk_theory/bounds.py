@@ -1,0 +1,147 @@
+"""Bound calculators: how high can the acceptance of a given sampler or of any RDK kernel go?
+
+* :func:`oov_cap` — ``p(I)``, the ceiling of vanilla and TLI (statement O2);
+* :func:`tv_upper_bound` — ``1 - TV(p, M^T q')`` with ``M^T q'`` normalised, equal to ``alpha``
+  for a normalised proposal (statement A), and ``alpha <= 1 - TV`` in general; also the bound
+  ``|alpha(p, a) - alpha(p, b)| <= TV(a, b)`` used for approximate kernels (statement E);
+* :func:`best_mixing_lambda` — for a rank-one kernel ``M = (1 - lam) I + lam 1 w^T``, the ``lam``
+  maximising the mean acceptance over a calibration set: the mean of concave piecewise-linear
+  functions of ``lam`` (statement O5), maximised exactly by scanning its breakpoints;
+* :func:`best_static_kernel_lp` — the best row-stochastic ``M`` over ``T`` for a set of contexts,
+  a linear program (statement O5: ``alpha`` is concave in ``M``): an upper bound on what *any*
+  static RDK kernel can reach on that data. Dense LP with ``N_T^2 + C N_T`` variables: small
+  vocabularies only (``N_T <= MAX_LP_VOCAB``).
+
+Inputs are float64 numpy arrays: ``p`` (C, N_T), ``q'`` (C, N_T) the TLI proposals.
+"""
+from __future__ import annotations
+
+import numpy as np
+
+from .acceptance import acceptance_rate, total_variation
+from .acceptance import oov_cap as _oov_cap
+from .validation import InputError, as_prob_array
+
+#: Largest target vocabulary the dense LP of :func:`best_static_kernel_lp` accepts.
+MAX_LP_VOCAB = 64
+
+
+def oov_cap(target_probs, vocab_map):
+    """``p(I)`` per context, (...,): no vanilla or TLI proposal can be accepted more often."""
+    return _oov_cap(target_probs, vocab_map)
+
+
+def tv_upper_bound(target_probs, proposal):
+    """``1 - TV(p, r / r(T))`` per context: the acceptance of the normalised proposal.
+
+    For a normalised ``r`` this *equals* ``alpha(p, r)`` (statement A); for a sub-stochastic
+    ``r``, ``alpha(p, r) <= 1 - TV(p, r / r(T))`` is an upper bound. ``r = 0`` gives 0.
+    """
+    p = as_prob_array(target_probs, "target_probs")
+    r = as_prob_array(proposal, "proposal", allow_sub_stochastic=True)
+    if p.shape != r.shape:
+        raise InputError(f"target_probs and proposal must have one shape, got {p.shape}, {r.shape}")
+    mass = r.sum(axis=-1, keepdims=True)
+    rn = np.where(mass > 0, r / np.where(mass > 0, mass, 1.0), 0.0)
+    out = 1.0 - total_variation(p, rn, check=False)
+    return np.where(mass[..., 0] > 0, out, 0.0)
+
+
+def _alpha_mix(p, qp, k_qp, lam):
+    return np.minimum(p, (1 - lam) * qp + lam * k_qp).sum(axis=-1)
+
+
+def best_mixing_lambda(target_probs, tli_proposals, w):
+    """Best ``lam`` in [0, 1] for ``M = (1 - lam) I + lam 1 w^T`` on a calibration set.
+
+    ``A(lam) = mean_c sum_x min(p_c(x), q'_c(x) + lam d_c(x))`` with
+    ``d_c = q'_c(T) w - q'_c`` is concave and piecewise linear in ``lam`` (statement O5), so its
+    maximum is at ``lam = 0``, ``lam = 1`` or a breakpoint ``lam = (p - q') / d`` in (0, 1).
+    Evaluating ``A`` at all breakpoints is exact (no tolerance); cost O(C N log(C N)) memory
+    O(C N).
+
+    Parameters:
+      target_probs: ``p_c``, (C, N_T).
+      tli_proposals: ``q'_c``, (C, N_T) (rows summing to 1, or 0 when ``q(I) = 0``).
+      w: (N_T,) the rank-one kernel's target law.
+
+    Returns:
+      ``(lam, mean_alpha)``: the maximiser (smallest one if several) and the maximum.
+    """
+    p = np.atleast_2d(as_prob_array(target_probs, "target_probs"))
+    qp = np.atleast_2d(as_prob_array(tli_proposals, "tli_proposals", allow_sub_stochastic=True))
+    w = as_prob_array(w, "w")
+    if p.shape != qp.shape or w.shape != p.shape[-1:]:
+        raise InputError(f"shapes differ: target_probs {p.shape}, tli_proposals {qp.shape}, w {w.shape}")
+    k_qp = qp.sum(axis=-1, keepdims=True) * w
+    d = k_qp - qp
+    with np.errstate(divide="ignore", invalid="ignore"):
+        kinks = (p - qp) / d
+    kinks = kinks[np.isfinite(kinks) & (kinks > 0) & (kinks < 1)]
+    cand = np.unique(np.concatenate([[0.0, 1.0], kinks]))
+    # evaluate A at every candidate in blocks to bound memory
+    vals = np.empty(cand.size)
+    for start in range(0, cand.size, 256):
+        lam = cand[start:start + 256, None, None]
+        vals[start:start + 256] = np.minimum(p, qp + lam * d).sum(axis=-1).mean(axis=-1)
+    i = int(np.argmax(vals))
+    return float(cand[i]), float(vals[i])
+
+
+def best_static_kernel_lp(target_probs, tli_proposals, *, mask=None):
+    """The best static kernel for a set of contexts, by linear programming (small ``N_T``).
+
+    maximise ``(1/C) sum_c sum_x z_cx`` over row-stochastic ``M`` (N_T x N_T) and ``z``, subject to
+    ``z_cx <= p_c(x)`` and ``z_cx <= (M^T q'_c)(x)``. ``alpha`` is concave in ``M`` (statement
+    O5), and this LP is its exact maximisation: no RDK kernel reaches a higher mean acceptance on
+    these contexts. ``mask`` (N_T, N_T) bool optionally restricts the support of ``M``.
+
+    Returns:
+      ``(M, mean_alpha)`` with ``M`` a float64 (N_T, N_T) row-stochastic matrix.
+    """
+    from scipy.optimize import linprog
+    from scipy.sparse import coo_matrix
+
+    p = np.atleast_2d(as_prob_array(target_probs, "target_probs"))
+    qp = np.atleast_2d(as_prob_array(tli_proposals, "tli_proposals", allow_sub_stochastic=True))
+    if p.shape != qp.shape:
+        raise InputError(f"target_probs {p.shape} and tli_proposals {qp.shape} differ in shape")
+    c_n, n = p.shape
+    if n > MAX_LP_VOCAB:
+        raise InputError(f"best_static_kernel_lp is a dense LP: N_T = {n} exceeds {MAX_LP_VOCAB}")
+    allowed = np.ones((n, n), dtype=bool) if mask is None else np.asarray(mask, dtype=bool)
+    if allowed.shape != (n, n):
+        raise InputError(f"mask must be ({n}, {n}), got {allowed.shape}")
+    if not allowed.any(axis=1).all():
+        raise InputError("mask leaves a row of the kernel without any allowed entry")
+    mi, mj = np.nonzero(allowed)
+    n_m = mi.size  # variables: M entries (mi, mj), then z (C, N)
+    n_var = n_m + c_n * n
+    cost = np.concatenate([np.zeros(n_m), -np.ones(c_n * n) / c_n])
+    # z_cx - sum_i q'_c(i) M_ix <= 0
+    rows, cols, vals = [], [], []
+    for c in range(c_n):
+        for e in range(n_m):
+            i, x = mi[e], mj[e]
+            if qp[c, i] != 0:
+                rows.append(c * n + x)
+                cols.append(e)
+                vals.append(-qp[c, i])
+    rows += list(range(c_n * n))
+    cols += list(range(n_m, n_var))
+    vals += [1.0] * (c_n * n)
+    a_ub = coo_matrix((vals, (rows, cols)), shape=(c_n * n, n_var)).tocsr()
+    b_ub = np.zeros(c_n * n)
+    a_eq = coo_matrix((np.ones(n_m), (mi, np.arange(n_m))), shape=(n, n_var)).tocsr()
+    b_eq = np.ones(n)
+    bounds = [(0, None)] * n_m + [(0, float(v)) for v in p.reshape(-1)]
+    res = linprog(cost, A_ub=a_ub, b_ub=b_ub, A_eq=a_eq, b_eq=b_eq, bounds=bounds, method="highs")
+    if res.status != 0:  # pragma: no cover - M = I, z = min(p, q') is always feasible
+        raise RuntimeError(f"linprog failed: {res.message}")
+    m = np.zeros((n, n))
+    m[mi, mj] = np.clip(res.x[:n_m], 0, None)
+    m /= m.sum(axis=1, keepdims=True)
+    return m, float(acceptance_rate(p, qp @ m, check=False).mean())
+
+
+__all__ = ["MAX_LP_VOCAB", "best_mixing_lambda", "best_static_kernel_lp", "oov_cap", "tv_upper_bound"]
