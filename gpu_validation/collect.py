@@ -1,0 +1,101 @@
+"""Teacher-forced data collection: ``p`` and ``q`` per position, and calibration statistics.
+
+On a text, the target and the drafter each read the same token ids once (teacher forcing);
+row ``t`` of the result is the next-token law after the prefix ``ids[: t + 2]``. Position 0
+(the law after one token, with no context) is dropped: there the 1.5B GGUF model disagrees with
+its reference implementation (MODELS.md), so scoring starts at position 1.
+
+Shapes: ``p`` (C, N_T) and ``q`` (C, N_D), float32 (as the models produce them; the calculators
+promote to float64). Files: ``.npz`` holding either the dense arrays or a top-k compression
+(:mod:`gpu_validation.topk`). Calibration statistics for the kernels: the mean ``mu`` (N_T,) and
+a factor ``C`` (r, N_T) with ``Omega ~= C^T C`` (exact when r equals the calibration size S).
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from importlib import resources
+
+import numpy as np
+
+TEXT_FILES = {
+    "eval_prose": "eval_prose.txt",
+    "eval_code": "eval_code.py.txt",
+    "calib_prose": "calib_prose.txt",
+    "calib_code": "calib_code.py.txt",
+}
+EVAL_TEXTS = ("eval_prose", "eval_code")
+CALIB_TEXTS = ("calib_prose", "calib_code")
+
+
+def read_text(name: str) -> str:
+    """One of the texts shipped in ``gpu_validation/data`` (written for this project)."""
+    return resources.files("gpu_validation").joinpath("data", TEXT_FILES[name]).read_text()
+
+
+def tokenize(tokenizer, text: str, max_tokens: int | None = None) -> list[int]:
+    ids = list(tokenizer(text, add_special_tokens=False)["input_ids"])
+    return ids[:max_tokens] if max_tokens else ids
+
+
+@dataclass
+class Collected:
+    """Teacher-forced laws on a set of texts (rows aligned between target and drafter)."""
+
+    p: np.ndarray  # (C, N_T) float32
+    q: np.ndarray | None  # (C, N_D) float32, None when only the target was run
+    next_ids: np.ndarray  # (C,) the token that actually followed (-1 after the last token)
+    source: np.ndarray  # (C,) index into ``texts``
+    texts: list[str] = field(default_factory=list)
+
+
+def next_token_probs(lm, ids: list[int], *, device: str = "cpu") -> np.ndarray:
+    """Softmax of the logits at positions 1..L-1 of one forward pass, (L-1, V) float32."""
+    import torch
+
+    with torch.inference_mode():
+        x = torch.tensor([ids], device=device)
+        logits = lm.model(x).logits[0, 1:].float()
+        return torch.softmax(logits, dim=-1).cpu().numpy()
+
+
+def collect(target, drafter, texts=EVAL_TEXTS, *, max_tokens: int | None = None,
+            device: str = "cpu", progress=None) -> Collected:
+    """Teacher-force ``target`` (and ``drafter``, same tokenizer) on each text.
+
+    ``target``/``drafter`` are :class:`gpu_validation.models.LoadedModel`; ``drafter`` may be
+    None. ``max_tokens`` caps the tokens read per text.
+    """
+    ps, qs, nxt, src = [], [], [], []
+    for k, name in enumerate(texts):
+        ids = tokenize(target.tokenizer, read_text(name), max_tokens)
+        ps.append(next_token_probs(target, ids, device=device))
+        if drafter is not None:
+            qs.append(next_token_probs(drafter, ids, device=device))
+        nxt.append(np.asarray(ids[2:] + [-1], dtype=np.int64))
+        src.append(np.full(len(ids) - 1, k, dtype=np.int64))
+        if progress is not None:
+            progress.update(1)
+    return Collected(np.concatenate(ps), np.concatenate(qs) if qs else None,
+                     np.concatenate(nxt), np.concatenate(src), list(texts))
+
+
+def calibration_stats(calibration_probs, rank: int | None = None):
+    """``(mu, factor)``: the calibration mean (N,) float64 and ``C`` (r, N) with Omega ~= C^T C.
+
+    ``Omega = (1/S) sum_c (p_c - mu)(p_c - mu)^T`` is the population covariance (MATH.md 4).
+    With ``rank`` < S the factor keeps the top singular directions of the centred matrix
+    ``(P_c - mu) / sqrt(S)`` (the best rank-r approximation of Omega).
+    """
+    cal = np.asarray(calibration_probs, dtype=np.float64)
+    s = cal.shape[0]
+    mu = cal.mean(axis=0)
+    c = (cal - mu) / np.sqrt(s)
+    if rank is None or rank >= s:
+        return mu, c
+    # SVD through the S x S Gram matrix: O(S^2 N), never N x N.
+    gram = c @ c.T
+    evals, evecs = np.linalg.eigh(gram)
+    top = np.argsort(evals)[::-1][:rank]
+    lam = np.clip(evals[top], 0.0, None)
+    # rows of V^T are u^T c / sigma; factor = sigma * V^T = u^T c
+    return mu, evecs[:, top].T @ c

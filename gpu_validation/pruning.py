@@ -1,0 +1,58 @@
+"""Pruned drafters: keep the K most frequent token ids of a calibration text.
+
+A pruned drafter shares the target's tokenizer but its LM head is cut to a kept subset of ids;
+its next-token law is the drafter's softmax restricted to the kept ids and renormalised, which
+is exactly ``q[kept] / q(kept)`` computed from the full distribution. So one teacher-forced pass
+of the full drafter serves every kept size.
+
+Frequencies: unigram counts of the calibration token ids. A few KB of text name only a few
+thousand distinct ids, so ties (most ids have count 0) are broken by the lower id first
+(:func:`rdk_theory.vocab.keep_most_frequent`); for byte-level BPE vocabularies a lower id is an
+earlier merge, i.e. a more frequent pair in the tokenizer's own training data.
+"""
+from __future__ import annotations
+
+import numpy as np
+
+from rdk_theory.validation import InputError
+from rdk_theory.vocab import VocabMap, keep_most_frequent
+
+
+def token_counts(token_ids, vocab_size: int) -> np.ndarray:
+    """Unigram counts (vocab_size,) of a flat or nested sequence of token ids."""
+    ids = np.concatenate([np.asarray(t, dtype=np.int64).ravel() for t in token_ids]) \
+        if isinstance(token_ids, (list, tuple)) else np.asarray(token_ids, dtype=np.int64).ravel()
+    if ids.size and (ids.min() < 0 or ids.max() >= vocab_size):
+        raise InputError(f"token ids must be in [0, {vocab_size}), got range "
+                         f"[{ids.min()}, {ids.max()}]")
+    return np.bincount(ids, minlength=vocab_size).astype(np.int64)
+
+
+def pruned_vocab_map(counts, k: int) -> VocabMap:
+    """The :class:`VocabMap` of a drafter that keeps the ``k`` most frequent ids of ``counts``."""
+    return VocabMap.from_kept_ids(keep_most_frequent(counts, k), len(counts))
+
+
+def restrict_drafter(draft_probs_full, vocab_map: VocabMap) -> np.ndarray:
+    """Pruned drafter law ``q[kept] / q(kept)``, (..., K) float64, from full-vocabulary ``q``.
+
+    Every row of a softmax is positive, so ``q(kept) > 0`` and no row is empty.
+    """
+    q = np.asarray(draft_probs_full, dtype=np.float64)[..., vocab_map.draft_to_target]
+    return q / q.sum(axis=-1, keepdims=True)
+
+
+def kept_mass(target_probs, vocab_map: VocabMap) -> np.ndarray:
+    """Target mass on the kept set, ``p(I)`` per context: the OOV cap of vanilla and TLI."""
+    p = np.asarray(target_probs, dtype=np.float64)
+    return p[..., vocab_map.intersection].sum(axis=-1)
+
+
+def kept_sizes_from_fractions(fractions, vocab_size: int) -> list[int]:
+    """Kept sizes ``round(f * vocab_size)`` (at least 1) for fractions in (0, 1]."""
+    out = []
+    for f in fractions:
+        if not 0 < f <= 1:
+            raise InputError(f"keep fractions must be in (0, 1], got {f}")
+        out.append(max(1, int(round(f * vocab_size))))
+    return out

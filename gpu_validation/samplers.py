@@ -1,0 +1,95 @@
+"""The five samplers of the study, built for one kept set from calibration statistics.
+
+=================  ==========================================================================
+name               proposal over the target vocabulary (MATH.md sections 3-5)
+=================  ==========================================================================
+vanilla            ``q`` scattered to T (equals TLI for a pruned drafter)
+tli                ``q'``: ``q`` restricted to I, renormalised
+rdk_exact          exact ``M^T q'`` for a *sparse* covariance kernel: each kept token's row keeps
+                   its ``k`` largest covariances (diagonal always), softmax at ``tau``; rows of
+                   tokens outside I are never used (``q' = 0`` there) and are the identity.
+                   A dense N x N kernel does not fit at N = 151,936; this one is exact for the
+                   kernel it defines, built in O(K N r) from the calibration factor.
+rdk_first_order    :class:`rdk_theory.first_order.FirstOrderCovarianceKernel` (O(N r) per row)
+marginal           :class:`rdk_theory.kernels.MarginalKernel` from the calibration mean
+=================  ==========================================================================
+
+``tau`` for the two covariance samplers is picked on the calibration positions (never on the
+evaluation positions) from a grid relative to the largest calibration variance.
+"""
+from __future__ import annotations
+
+import numpy as np
+import scipy.sparse as sp
+
+from rdk_theory.acceptance import acceptance_rate
+from rdk_theory.first_order import FirstOrderCovarianceKernel
+from rdk_theory.kernels import MarginalKernel, SparseKernel
+from rdk_theory.proposals import tli_proposal, vanilla_proposal
+
+SAMPLERS = ("vanilla", "tli", "rdk_exact", "rdk_first_order", "marginal")
+TAU_GRID = (1.0, 0.1, 0.03, 0.01, 0.003, 0.001, 0.0003)  # multiples of max_i Omega_ii
+
+
+class KeptRowsTopK:
+    """Top-``k`` covariance affinities of the rows in ``rows``; softmax at any ``tau`` later."""
+
+    def __init__(self, factor, rows, k: int, block: int = 512):
+        c = np.asarray(factor, dtype=np.float32)  # (r, N); Omega = c.T @ c
+        n = c.shape[1]
+        rows = np.asarray(rows, dtype=np.int64)
+        self.n, self.rows, self.k = n, rows, k
+        self.cols = np.empty((rows.size, k), dtype=np.int64)
+        self.vals = np.empty((rows.size, k), dtype=np.float64)
+        for s in range(0, rows.size, block):
+            rr = rows[s:s + block]
+            blk = c[:, rr].T @ c  # (b, N) rows of Omega
+            ar = np.arange(rr.size)
+            diag = blk[ar, rr].copy()
+            blk[ar, rr] = np.inf
+            top = np.argpartition(-blk, k - 1, axis=1)[:, :k]
+            blk[ar, rr] = diag
+            self.cols[s:s + block] = top
+            self.vals[s:s + block] = np.take_along_axis(blk, top, axis=1)
+
+    def kernel(self, tau: float) -> SparseKernel:
+        """The row-stochastic sparse kernel at temperature ``tau`` (identity off the kept rows)."""
+        v = self.vals / tau
+        w = np.exp(v - v.max(axis=1, keepdims=True))
+        w /= w.sum(axis=1, keepdims=True)
+        other = np.setdiff1d(np.arange(self.n), self.rows)
+        r = np.concatenate([np.repeat(self.rows, self.k), other])
+        c = np.concatenate([self.cols.ravel(), other])
+        d = np.concatenate([w.ravel(), np.ones(other.size)])
+        return SparseKernel(sp.csr_matrix((d, (r, c)), shape=(self.n, self.n)), check=True)
+
+
+def proposals(q_kept, vocab_map, kernels: dict) -> dict:
+    """Proposal (C, N_T) of each sampler for pruned-drafter laws ``q_kept`` (C, K)."""
+    out = {"vanilla": vanilla_proposal(q_kept, vocab_map, check=False)}
+    out["tli"] = tli_proposal(q_kept, vocab_map, check=False)
+    for name, kern in kernels.items():
+        out[name] = kern.transport(out["tli"])
+    return out
+
+
+def build_kernels(vocab_map, mu, factor, *, tau_exact: float, tau_fo: float,
+                  topk_rows: KeptRowsTopK | None) -> dict:
+    kernels = {"rdk_first_order": FirstOrderCovarianceKernel.from_factor(factor, tau_fo),
+               "marginal": MarginalKernel.from_calibration(mu[None, :], vocab_map)}
+    if topk_rows is not None:
+        kernels["rdk_exact"] = topk_rows.kernel(tau_exact)
+    return kernels
+
+
+def pick_tau(p_cal, q_cal_kept, vocab_map, make_kernel, scale: float, grid=TAU_GRID):
+    """The ``tau = g * scale`` of ``grid`` with the best mean acceptance on calibration rows."""
+    tli = tli_proposal(q_cal_kept, vocab_map, check=False)
+    best, table = None, {}
+    for g in grid:
+        kern = make_kernel(g * scale)
+        a = float(np.mean(acceptance_rate(p_cal, kern.transport(tli), check=False)))
+        table[g * scale] = a
+        if best is None or a > table[best]:
+            best = g * scale
+    return best, table

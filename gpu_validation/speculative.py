@@ -1,0 +1,110 @@
+"""End-to-end speculative generation with a real (pruned) drafter and target, temperature 1.
+
+Each round: the drafter proposes ``gamma`` tokens, each drawn from the sampler's proposal ``r_t``
+(built from the pruned drafter's law by the same builders as the study); one target call scores
+them all; verification walks the drafts in order, accepting ``x_t`` with probability
+``min(1, p_t(x_t) / r_t(x_t))``, and on the first rejection emits a token from the residual of
+``p_t`` and ``r_t``; when all ``gamma`` are accepted, a bonus token is drawn from ``p``.
+Tokens per target call = accepted drafts + 1.
+
+The record keeps, for every drafted position that verification reached, ``alpha_t = alpha(p_t,
+r_t)`` and whether it accepted, for the martingale check of :mod:`.agreement`. KV caches of both
+models are cropped back to the accepted prefix after each round.
+"""
+from __future__ import annotations
+
+import numpy as np
+
+from rdk_theory.acceptance import acceptance_rate
+
+from .pruning import restrict_drafter
+
+
+def _softmax_last(logits) -> np.ndarray:
+    import torch
+
+    return torch.softmax(logits.float(), dim=-1).cpu().numpy().astype(np.float64)
+
+
+def _draw(weights, rng) -> int:
+    cdf = np.cumsum(weights)
+    i = int(np.searchsorted(cdf, rng.random() * cdf[-1], side="right"))
+    return min(i, int(np.flatnonzero(weights > 0)[-1]))
+
+
+class _Cached:
+    """A model with a KV cache; ``feed`` runs only the tokens the cache has not seen."""
+
+    def __init__(self, lm, device):
+        self.lm, self.device, self.cache, self.seen = lm, device, None, 0
+
+    def feed(self, tokens: list[int]):
+        """Return the logits (len(tokens) - seen, V) for the unseen suffix of ``tokens``."""
+        import torch
+
+        new = tokens[self.seen:]
+        with torch.inference_mode():
+            out = self.lm.model(torch.tensor([new], device=self.device),
+                                past_key_values=self.cache, use_cache=True)
+        self.cache, self.seen = out.past_key_values, len(tokens)
+        return out.logits[0]
+
+    def crop(self, length: int):
+        if self.seen > length:
+            # a negative argument removes that many tokens in every transformers version
+            self.cache.crop(length - self.seen)
+            self.seen = length
+
+
+def generate(target, drafter, prompt_ids, vocab_map, make_proposal, *, gamma: int = 4,
+             max_new_tokens: int = 64, rng, device: str = "cpu") -> dict:
+    """Speculative sampling; ``make_proposal(q_kept (K,)) -> r (N_T,)`` is the sampler."""
+    tgt, drf = _Cached(target, device), _Cached(drafter, device)
+    tokens = list(prompt_ids)
+    start = len(tokens)
+    calls, accept_lengths, alphas, accepted = 0, [], [], []
+    while len(tokens) - start < max_new_tokens:
+        drafts, props = [], []
+        ctx = list(tokens)
+        for _ in range(gamma):
+            q = _softmax_last(drf.feed(ctx)[-1])
+            r = make_proposal(restrict_drafter(q, vocab_map))
+            x = _draw(r, rng) if r.sum() > 0 else -1
+            if x < 0:
+                break
+            drafts.append(x)
+            props.append(r)
+            ctx.append(x)
+        tgt.crop(len(tokens) - 1)
+        p_all = _softmax_last(tgt.feed(tokens + drafts)[-(len(drafts) + 1):])
+        calls += 1
+        n_acc = 0
+        for t, (x, r) in enumerate(zip(drafts, props)):
+            p = p_all[t]
+            alphas.append(float(acceptance_rate(p, r, check=False)))
+            ok = rng.random() * r[x] < p[x]
+            accepted.append(bool(ok))
+            if not ok:
+                excess = np.maximum(p - r, 0.0)
+                tokens.append(_draw(excess, rng))
+                break
+            tokens.append(x)
+            n_acc += 1
+        else:
+            tokens.append(_draw(p_all[len(drafts)], rng))
+        accept_lengths.append(n_acc)
+        tgt.crop(len(tokens) - 1)
+        drf.crop(len(tokens) - 1)
+    new = tokens[start:]
+    hist = np.bincount(accept_lengths, minlength=gamma + 1).tolist()
+    return {"new_tokens": len(new), "target_calls": calls,
+            "tokens_per_call": len(new) / max(calls, 1), "accept_length_histogram": hist,
+            "alphas": alphas, "accepted": accepted, "gamma": gamma,
+            "text": target.tokenizer.decode(new)}
+
+
+def iid_tokens_per_call(alpha: float, gamma: int) -> float:
+    """Theorem B with i.i.d. acceptance: ``(1 - alpha^(gamma+1)) / (1 - alpha)``."""
+    if alpha >= 1:
+        return gamma + 1.0
+    return (1 - alpha ** (gamma + 1)) / (1 - alpha)

@@ -1,0 +1,110 @@
+"""O(N) timing: proposal + acceptance for first-order RDK and dense exact RDK vs vocabulary size.
+
+Synthetic inputs at each N (random softmax laws; a random calibration set of ``S`` rows gives
+the factor): the timed operation is ``tli_proposal -> kernel.transport -> acceptance_rate`` for
+a batch of contexts, the drafter pruned to half the vocabulary. The memory floor is the time to
+read ``p`` and ``q`` once (``sum(min(p, q))`` over the same arrays). On CUDA every timing is
+bracketed by ``torch.cuda.synchronize()``; every configuration is warmed up first and the
+median of ``repeats`` runs is reported. The log-log slope of time vs N is fitted by least
+squares over the N values measured (about 1 for first-order, 2 for dense exact).
+"""
+from __future__ import annotations
+
+import time
+
+import numpy as np
+
+from rdk_theory.acceptance import acceptance_rate
+from rdk_theory.first_order import FirstOrderCovarianceKernel
+from rdk_theory.kernels import DenseKernel
+from rdk_theory.proposals import tli_proposal
+from rdk_theory.vocab import VocabMap
+
+CPU_SIZES = (2048, 4096, 8192, 16384, 32768, 65536, 151_936)
+GPU_SIZES = (4096, 8192, 16384, 32768, 65536, 131_072, 151_936, 262_144)
+CPU_DENSE_MAX = 8192  # N x N float64 = 512 MiB
+GPU_DENSE_MAX = 32768  # N x N float32 = 4 GiB
+
+
+def _laws(rng, shape, sharp=3.0):
+    x = rng.standard_normal(shape) * sharp
+    e = np.exp(x - x.max(axis=-1, keepdims=True))
+    return e / e.sum(axis=-1, keepdims=True)
+
+
+def _timer(fn, device: str, repeats: int) -> float:
+    sync = (lambda: __import__("torch").cuda.synchronize()) if device == "cuda" else (lambda: None)
+    fn()  # warm-up
+    sync()
+    times = []
+    for _ in range(repeats):
+        t0 = time.perf_counter()
+        fn()
+        sync()
+        times.append(time.perf_counter() - t0)
+    return float(np.median(times))
+
+
+def slope(ns, ts) -> float | None:
+    """Least-squares slope of log t against log N (None with fewer than 2 points)."""
+    if len(ns) < 2:
+        return None
+    return float(np.polyfit(np.log(ns), np.log(ts), 1)[0])
+
+
+def sweep(*, device: str = "cpu", sizes=None, batches=(1, 64), calib_rows: int = 64,
+          dense_max: int | None = None, repeats: int = 5, seed: int = 0, progress=None) -> dict:
+    """Time first-order and dense exact RDK over ``sizes``; returns rows and fitted slopes.
+
+    ``device="cpu"`` times numpy float64 (the reference path); ``"cuda"`` times torch float32
+    tensors on the GPU (torch float64 is slow on most GPUs; the maths is the same).
+    """
+    rng = np.random.default_rng(seed)
+    sizes = sizes or (GPU_SIZES if device == "cuda" else CPU_SIZES)
+    dense_max = dense_max if dense_max is not None else (
+        GPU_DENSE_MAX if device == "cuda" else CPU_DENSE_MAX)
+    rows = []
+    for n in sizes:
+        vm = VocabMap.from_kept_ids(np.arange(0, n, 2), n)
+        cal = _laws(rng, (calib_rows, n))
+        fo = FirstOrderCovarianceKernel(cal, tau=0.01)
+        dense = None
+        if n <= dense_max:
+            from rdk_theory.kernels import covariance_softmax_kernel
+
+            dense = covariance_softmax_kernel(cal, tau=0.01)
+        for b in batches:
+            p = _laws(rng, (b, n))
+            q = _laws(rng, (b, vm.n_draft))
+            qf = np.zeros((b, n))
+            qf[:, vm.draft_to_target] = q
+            if device == "cuda":
+                import torch
+
+                to = lambda a: torch.as_tensor(a, dtype=torch.float32, device="cuda")  # noqa: E731
+                p, q, qf = to(p), to(q), to(qf)
+                if dense is not None:
+                    dense = DenseKernel(dense.matrix.astype(np.float32), check=False)
+            kern = {"first_order": fo, "dense_exact": dense}
+            row = {"n": int(n), "batch": int(b), "device": device}
+            row["floor_s"] = _timer(lambda: acceptance_rate(p, qf, check=False), device, repeats)
+            for name, k in kern.items():
+                if k is None:
+                    row[f"{name}_s"] = None
+                    continue
+                row[f"{name}_s"] = _timer(
+                    lambda k=k: acceptance_rate(p, k.transport(tli_proposal(q, vm, check=False)),
+                                                check=False), device, repeats)
+                row[f"{name}_ratio_to_floor"] = row[f"{name}_s"] / row["floor_s"]
+            rows.append(row)
+            if progress is not None:
+                progress.update(1)
+        del dense
+    fits = {}
+    for b in batches:
+        for name in ("first_order", "dense_exact", "floor"):
+            pts = [(r["n"], r[f"{name}_s"]) for r in rows if r["batch"] == b and r.get(f"{name}_s")]
+            if pts:
+                fits[f"{name}@batch{b}"] = slope(*zip(*pts))
+    return {"device": device, "rows": rows, "slopes": fits, "calib_rows": calib_rows,
+            "repeats": repeats}

@@ -1,0 +1,85 @@
+"""Top-k compression of next-token laws with the exact tail mass.
+
+A row ``p`` (N,) is stored as the ids and values of its ``k`` largest entries plus
+``tail = 1 - sum(top-k values)``, computed in float64 from the full row, so that the stored
+masses add up to the row's total. Decompression puts the tail uniformly on the ``N - k`` other
+ids (a proper law again). Any quantity that is 1-Lipschitz in total variation, such as
+``alpha(p, r) = 1 - TV(p, r)``, moves by at most ``tail`` when ``p`` is replaced by its
+decompression: :func:`alpha_error_bound` states it for a pair.
+"""
+from __future__ import annotations
+
+import numpy as np
+
+from rdk_theory.validation import InputError
+
+
+def compress(probs, k: int):
+    """``(ids, values, tail)``: top-``k`` ids (C, k) int32, values (C, k) float32, tail (C,) float64.
+
+    ``tail`` is computed as ``row_sum - sum(values)`` in float64 from the float32 values that are
+    stored, so ``values.sum(-1) + tail`` equals the row sum of the input to float64 round-off.
+    """
+    p = np.asarray(probs)
+    if p.ndim != 2:
+        raise InputError(f"probs must be (C, N), got shape {p.shape}")
+    n = p.shape[1]
+    if not 1 <= k <= n:
+        raise InputError(f"k must be in [1, {n}], got {k}")
+    ids = np.argpartition(-p, k - 1, axis=1)[:, :k]
+    vals = np.take_along_axis(p, ids, axis=1)
+    order = np.argsort(-vals, axis=1, kind="stable")
+    ids = np.take_along_axis(ids, order, axis=1).astype(np.int32)
+    vals = np.take_along_axis(vals, order, axis=1).astype(np.float32)
+    row_sum = p.astype(np.float64).sum(axis=1)
+    tail = np.clip(row_sum - vals.astype(np.float64).sum(axis=1), 0.0, None)
+    return ids, vals, tail
+
+
+def decompress(ids, values, tail, n: int) -> np.ndarray:
+    """Dense (C, n) float64: the stored values, and ``tail`` spread evenly over the other ids."""
+    ids = np.asarray(ids)
+    c, k = ids.shape
+    out = np.empty((c, n), dtype=np.float64)
+    out[:] = (np.asarray(tail, dtype=np.float64) / max(n - k, 1))[:, None] if n > k else 0.0
+    np.put_along_axis(out, ids.astype(np.int64), np.asarray(values, dtype=np.float64), axis=1)
+    return out
+
+
+def alpha_error_bound(tail_p, tail_q):
+    """Bound on ``|alpha(p, r) - alpha(p~, r~)|`` for the decompressed ``p~``, ``r~``.
+
+    ``alpha = (sum p + sum r - ||p - r||_1) / 2`` and decompression keeps each total, so
+    ``|Delta alpha| <= (||p - p~||_1 + ||r - r~||_1) / 2``. Off the top-k ids, ``p~`` is the
+    uniform spread of ``tail_p`` and ``sum |p - p~| <= sum p + tail_p = 2 tail_p`` there (the
+    top-k ids are exact up to float32 storage). Hence the bound ``tail_p + tail_q``.
+    """
+    return np.asarray(tail_p, dtype=np.float64) + np.asarray(tail_q, dtype=np.float64)
+
+
+def save(path, arrays: dict, *, topk: int | None = None) -> None:
+    """Write ``arrays`` to ``path`` (.npz); probability arrays named ``p``/``q`` are float32,
+    or top-``k`` compressed (``p_ids``, ``p_values``, ``p_tail``, ``p_n``) when ``topk`` is set."""
+    out = {}
+    for key, val in arrays.items():
+        if key in ("p", "q") and val is not None:
+            val = np.asarray(val, dtype=np.float32)
+            if topk:
+                ids, vals, tail = compress(val, min(topk, val.shape[1]))
+                out.update({f"{key}_ids": ids, f"{key}_values": vals, f"{key}_tail": tail,
+                            f"{key}_n": np.int64(val.shape[1])})
+                continue
+        if val is not None:
+            out[key] = val
+    np.savez_compressed(path, **out)
+
+
+def load(path) -> dict:
+    """Inverse of :func:`save`; compressed laws come back dense (float64)."""
+    with np.load(path) as z:
+        data = {k: z[k] for k in z.files}
+    for key in ("p", "q"):
+        if f"{key}_ids" in data:
+            data[key] = decompress(data.pop(f"{key}_ids"), data.pop(f"{key}_values"),
+                                   data[f"{key}_tail"], int(data.pop(f"{key}_n")))
+    return data
