@@ -1,0 +1,103 @@
+"""Bound calculators (rdk_theory.bounds) and the ``rdk-theory bounds`` CLI."""
+from __future__ import annotations
+
+import json
+
+import numpy as np
+from hypothesis import given
+from hypothesis import strategies as st
+
+from rdk_theory.acceptance import acceptance_rate
+from rdk_theory.bounds import best_mixing_lambda, best_static_kernel_lp, oov_cap, tv_upper_bound
+from rdk_theory.cli import main
+from rdk_theory.proposals import tli_proposal, vanilla_proposal
+from rdk_theory.vocab import VocabMap
+from tests.strategies import kernels, laws, vocab_cases
+from tests.tolerances import LP_ATOL, assert_close, assert_leq
+
+
+@st.composite
+def bound_cases(draw):
+    nt, m = draw(vocab_cases(max_target=5, max_draft=5))
+    c = draw(st.integers(1, 3))
+    p = np.stack([draw(laws(nt)).f64 for _ in range(c)])
+    q = np.stack([draw(laws(len(m))).f64 for _ in range(c)])
+    return VocabMap(nt, m), p, q
+
+
+@given(case=bound_cases())
+def test_tv_bound_equals_alpha_for_normalised_and_bounds_substochastic(case):
+    vm, p, q = case
+    tli = tli_proposal(q, vm)
+    has = tli.sum(axis=-1) > 0
+    assert_close(tv_upper_bound(p, tli)[has], acceptance_rate(p, tli)[has])
+    assert_leq(acceptance_rate(p, vanilla_proposal(q, vm)), np.where(vanilla_proposal(q, vm).sum(-1) > 0, tv_upper_bound(p, vanilla_proposal(q, vm)), 0))
+    assert_leq(acceptance_rate(p, tli), oov_cap(p, vm))
+
+
+@given(case=bound_cases(), lam_grid=st.just(np.linspace(0, 1, 101)))
+def test_best_mixing_lambda_beats_every_grid_value(case, lam_grid):
+    vm, p, q = case
+    qp = tli_proposal(q, vm)
+    w = np.full(vm.n_target, 1.0 / vm.n_target)
+    lam, best = best_mixing_lambda(p, qp, w)
+    assert 0 <= lam <= 1
+    d = qp.sum(-1, keepdims=True) * w - qp
+    grid = [np.minimum(p, qp + g * d).sum(-1).mean() for g in lam_grid]
+    assert_leq(max(grid), best)
+    assert_close(best, np.minimum(p, qp + lam * d).sum(-1).mean())
+
+
+@given(case=bound_cases(), data=st.data())
+def test_best_static_kernel_lp_dominates_any_kernel(case, data):
+    vm, p, q = case
+    qp = tli_proposal(q, vm)
+    m, best = best_static_kernel_lp(p, qp)
+    assert_close(m.sum(axis=1), np.ones(vm.n_target))
+    assert np.all(m >= 0)
+    _, _, k = data.draw(kernels(vm.n_target))
+    assert_leq(acceptance_rate(p, qp @ k).mean(), best, slack=LP_ATOL)
+    assert_leq(acceptance_rate(p, qp).mean(), best, slack=LP_ATOL)  # identity kernel
+
+
+def test_best_static_kernel_exceeds_oov_cap():
+    vm = VocabMap(3, np.array([0, 1]))  # token 2 is OOV
+    p = np.array([[0.2, 0.2, 0.6]])
+    q = np.array([[0.5, 0.5]])
+    qp = tli_proposal(q, vm)
+    _, best = best_static_kernel_lp(p, qp)
+    assert_close(best, 1.0, atol=LP_ATOL)
+    assert float(oov_cap(p, vm)[0]) < 0.5
+
+
+def _write_case(tmp_path, with_cal=True):
+    rng = np.random.default_rng(7)
+    p = rng.dirichlet(np.ones(8), size=4)
+    q = rng.dirichlet(np.ones(6), size=4)
+    arrays = dict(target_probs=p, draft_probs=q, draft_to_target=np.array([0, 1, 2, 3, -1, 5]))
+    if with_cal:
+        arrays["calibration_probs"] = rng.dirichlet(np.ones(8), size=10)
+    path = tmp_path / "case.npz"
+    np.savez(path, **arrays)
+    return path
+
+
+def test_bounds_cli_json(tmp_path, capsys):
+    path = _write_case(tmp_path)
+    assert main(["bounds", str(path), "--json"]) == 0
+    out = json.loads(capsys.readouterr().out)
+    assert set(out) >= {"oov_cap", "alpha", "tv_upper_bound", "best_mixing", "best_static_kernel"}
+    assert out["alpha"]["tli"] <= out["oov_cap"]["mean"] + 1e-12
+    assert out["best_mixing"]["mean_alpha"] <= out["best_static_kernel"]["mean_alpha"] + LP_ATOL
+    assert out["alpha"]["tli"] <= out["best_mixing"]["mean_alpha"] + 1e-12
+    assert main(["bounds", str(path), "--kernel", "covariance", "--json"]) == 0
+    out = json.loads(capsys.readouterr().out)
+    assert out["first_order_error"]["bound_holds"]
+
+
+def test_bounds_cli_table_and_bad_input(tmp_path, capsys):
+    path = _write_case(tmp_path, with_cal=False)
+    assert main(["bounds", str(path)]) == 0
+    assert "best static kernel" in capsys.readouterr().out
+    assert main(["bounds", str(tmp_path / "missing.npz")]) == 2
+    assert "error: case file not found" in capsys.readouterr().err

@@ -1,0 +1,120 @@
+"""Property tests of statements O5 (first-order gain, concavity) and E (first-order error)."""
+from __future__ import annotations
+
+from fractions import Fraction
+
+import numpy as np
+from hypothesis import example, given
+from hypothesis import strategies as st
+
+from proofs.first_order_gain import alpha_of_lambda, right_derivative
+from rdk_theory.acceptance import acceptance_rate, total_variation
+from rdk_theory.first_order import FirstOrderCovarianceKernel
+from rdk_theory.kernels import covariance_softmax_kernel
+from tests.strategies import Law, calibration_sets, kernels, laws
+from tests.tolerances import FINITE_DIFF_ATOL, FINITE_DIFF_STEP, TV_BOUND_SLACK, assert_close, assert_leq
+
+W = Law.from_weights
+
+
+@st.composite
+def gain_cases(draw):
+    n = draw(st.integers(1, 5))
+    _, k_exact, k_f64 = draw(kernels(n))
+    return draw(laws(n)), draw(laws(n)), k_exact, k_f64
+
+
+def _eye(n):
+    e = np.array([[Fraction(int(i == j)) for j in range(n)] for i in range(n)], dtype=object)
+    return e, e.astype(np.float64)
+
+
+UNIFORM3 = np.array([[Fraction(1, 3)] * 3] * 3, dtype=object)
+
+
+@given(case=gain_cases())
+@example(case=(W([1, 1, 1]), W([1, 1, 1]), UNIFORM3, UNIFORM3.astype(float)))  # tie everywhere
+@example(case=(W([1, 0, 0]), W([0, 0, 1]), UNIFORM3, UNIFORM3.astype(float)))  # disjoint supports
+@example(case=(W([1]), W([1]), *_eye(1)))  # V = 1
+def test_O5_right_derivative_formula_exact(case):
+    p, qp, k, _ = case
+    # alpha(lambda) is piecewise linear with kinks at (p - q')/d, |d| <= 1: any lambda below the
+    # smallest positive kink gives the exact right derivative.
+    d = qp.exact @ k - qp.exact
+    kinks = [(p.exact[x] - qp.exact[x]) / d[x] for x in range(len(p)) if d[x] != 0 and (p.exact[x] - qp.exact[x]) / d[x] > 0]
+    lam = min(kinks + [Fraction(1)]) / 2
+    quotient = (alpha_of_lambda(p.exact, qp.exact, k, lam) - alpha_of_lambda(p.exact, qp.exact, k, 0)) / lam
+    assert quotient == right_derivative(p.exact, qp.exact, k)
+
+
+@given(case=gain_cases())
+def test_O5_right_derivative_vs_finite_difference_float64(case):
+    p, qp, _, k = case
+    h = FINITE_DIFF_STEP
+    fd = (alpha_of_lambda(p.f64, qp.f64, k, h) - alpha_of_lambda(p.f64, qp.f64, k, 0.0)) / h
+    # exact ties (q' == p) are decided on the Fractions, since float64 equality is meaningless
+    d = qp.f64 @ k - qp.f64
+    tie = qp.exact == p.exact
+    formula = d[(qp.exact < p.exact)].sum() + np.minimum(0.0, d[tie]).sum()
+    assert_close(fd, formula, atol=FINITE_DIFF_ATOL, rtol=0)
+
+
+@given(case=gain_cases(), l1=st.integers(0, 8), l2=st.integers(0, 8), t=st.integers(0, 4))
+def test_O5_concave_in_lambda(case, l1, l2, t):
+    p, qp, k, _ = case
+    a, b, s = Fraction(l1, 8), Fraction(l2, 8), Fraction(t, 4)
+    mid = alpha_of_lambda(p.exact, qp.exact, k, s * a + (1 - s) * b)
+    assert mid >= s * alpha_of_lambda(p.exact, qp.exact, k, a) + (1 - s) * alpha_of_lambda(p.exact, qp.exact, k, b)
+
+
+@given(data=st.data())
+def test_O5_concave_in_kernel(data):
+    n = data.draw(st.integers(1, 4))
+    p, qp = data.draw(laws(n)), data.draw(laws(n))
+    _, k1, _ = data.draw(kernels(n))
+    _, k2, _ = data.draw(kernels(n))
+    s = Fraction(data.draw(st.integers(0, 4)), 4)
+    a = lambda m: acceptance_rate(p.exact, qp.exact @ m)  # noqa: E731
+    assert a(s * k1 + (1 - s) * k2) >= s * a(k1) + (1 - s) * a(k2)
+
+
+# ------------------------------------------------------------------------------------ E
+@st.composite
+def first_order_cases(draw):
+    n = draw(st.integers(2, 8))
+    cal = draw(calibration_sets(n))
+    tau = draw(st.sampled_from([0.05, 0.2, 1.0, 5.0]))
+    return cal, tau, draw(laws(n)), draw(laws(n))
+
+
+@given(case=first_order_cases())
+def test_E_tv_bound_on_toolkit_kernels(case):
+    cal, tau, p, qp = case
+    r_ex = covariance_softmax_kernel(cal, tau).transport(qp.f64)
+    r_fo = FirstOrderCovarianceKernel(cal, tau).transport(qp.f64)
+    gap = abs(acceptance_rate(p.f64, r_ex) - acceptance_rate(p.f64, r_fo))
+    assert_leq(gap, total_variation(r_ex, r_fo), slack=TV_BOUND_SLACK)
+
+
+@given(cal=st.integers(3, 8).flatmap(lambda n: calibration_sets(n, min_rows=3)), q=st.data())
+def test_E_tv_is_second_order_in_affinity(cal, q):
+    """Scaling tau by 10 divides max|B| by 10 and the TV by ~100 (ratio TV / max|B|^2 stable)."""
+    n = cal.shape[1]
+    qp = q.draw(laws(n)).f64
+    ratios = []
+    for tau in (1e1, 1e2, 1e3):
+        fo = FirstOrderCovarianceKernel(cal, tau)
+        b = fo.max_offdiag_affinity()
+        if b == 0:
+            return  # constant calibration rows: both kernels are the same constant matrix
+        tv = float(total_variation(covariance_softmax_kernel(cal, tau).transport(qp), fo.transport(qp)))
+        ratios.append(tv / b ** 2)
+    # second order: the ratio does not grow as max|B| -> 0 (first order would grow 10x per step)
+    assert ratios[2] <= 2 * ratios[0] + 1e-9
+
+
+def test_E_first_order_exact_for_zero_affinity():
+    """Identical calibration rows: Omega = 0, so both kernels send every q' to the uniform law."""
+    cal = np.tile(W([1, 2, 3]).f64, (4, 1))
+    qp = W([3, 0, 1]).f64
+    assert_close(covariance_softmax_kernel(cal, 1.0).transport(qp), FirstOrderCovarianceKernel(cal, 1.0).transport(qp))

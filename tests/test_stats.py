@@ -1,0 +1,66 @@
+"""The goodness-of-fit helper itself: pooling, refusal, calibration of its false-alarm rate."""
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from tests.stats import (
+    FALSE_ALARM_PER_TEST, MAX_MC_ASSERTIONS, SUITE_FALSE_ALARM_BUDGET, InsufficientSamplesError,
+    _pool_bins, assert_no_zero_probability_emitted, binomial_pvalue, chi_square_gof,
+)
+
+
+def test_budget_is_stated_once_and_consistent():
+    assert FALSE_ALARM_PER_TEST * MAX_MC_ASSERTIONS == pytest.approx(SUITE_FALSE_ALARM_BUDGET)
+
+
+def test_pooling_reaches_min_expected_and_keeps_totals():
+    exp = np.array([100.0, 50.0, 2.0, 1.0, 1.5, 0.5, 3.0])
+    obs = np.array([98.0, 52.0, 1.0, 2.0, 1.0, 1.0, 3.0])
+    pe, po = _pool_bins(exp, obs, 5.0)
+    assert np.all(pe >= 5.0)
+    assert pe.sum() == exp.sum() and po.sum() == obs.sum()
+
+
+def test_refuses_when_expected_counts_too_small():
+    with pytest.raises(InsufficientSamplesError):
+        chi_square_gof(np.array([1, 1, 1]), np.array([0.4, 0.3, 0.3]))
+    with pytest.raises(InsufficientSamplesError):
+        chi_square_gof(np.array([0, 0]), np.array([0.5, 0.5]))
+
+
+def test_impossible_token_gives_zero_pvalue_and_assertion():
+    probs = np.array([0.5, 0.5, 0.0])
+    counts = np.array([500, 499, 1])
+    assert chi_square_gof(counts, probs) == 0.0
+    with pytest.raises(AssertionError, match="token 2"):
+        assert_no_zero_probability_emitted(counts, probs)
+    assert_no_zero_probability_emitted(np.array([500, 500, 0]), probs)
+
+
+def test_point_mass_is_accepted():
+    assert chi_square_gof(np.array([0, 100]), np.array([0.0, 1.0])) == 1.0
+
+
+def test_false_alarm_rate_is_calibrated_under_the_null():
+    """Under H0 the p-values are ~uniform: P(p <= 0.1) = 0.1, checked by an exact binomial test.
+
+    400 replicates of n = 300 draws from a law with sparse bins (pooling active); the binomial
+    p-value is one Monte Carlo assertion at FALSE_ALARM_PER_TEST. The chi-square approximation
+    is conservative-ish with pooled bins, so the observed rate is tested two-sided.
+    """
+    rng = np.random.default_rng(12345)
+    probs = np.array([0.4, 0.25, 0.15, 0.1, 0.05, 0.03, 0.015, 0.005, 0.0])
+    reps, n = 400, 300
+    pvals = np.array([chi_square_gof(np.bincount(rng.choice(9, size=n, p=probs), minlength=9), probs)
+                      for _ in range(reps)])
+    hits = int((pvals <= 0.1).sum())
+    assert binomial_pvalue(hits, reps, 0.1) > FALSE_ALARM_PER_TEST, hits
+
+
+def test_power_against_a_small_shift():
+    rng = np.random.default_rng(1)
+    probs = np.array([0.5, 0.3, 0.2])
+    wrong = np.array([0.47, 0.33, 0.2])
+    counts = np.bincount(rng.choice(3, size=200_000, p=wrong), minlength=3)
+    assert chi_square_gof(counts, probs) < FALSE_ALARM_PER_TEST
