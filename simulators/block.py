@@ -1,0 +1,140 @@
+"""Block efficiency (tokens per target call), wall-time speedup and the best draft length.
+
+* Statement B (MATH.md): with per-position acceptances ``alpha_1..alpha_gamma`` the expected
+  number of tokens per target call is ``1 + sum_{k=1}^{gamma} prod_{t<=k} alpha_t``; i.i.d.
+  positions give ``(1 - alpha^(gamma+1)) / (1 - alpha)`` (``gamma + 1`` at ``alpha = 1``).
+* Leviathan et al. [3]: with the drafter's forward costing ``c`` target forwards, one iteration
+  costs ``gamma c + 1`` and the expected wall-time speedup over the target alone is
+  ``(1 - alpha^(gamma+1)) / ((1 - alpha)(gamma c + 1))``. :func:`optimal_gamma` maximises it.
+* Monte Carlo: :func:`mc_tokens_iid` draws i.i.d. Bernoulli acceptances;
+  :func:`simulate_blocks` runs the real verification steps (:func:`rdk_theory.sampling.sample_steps`)
+  on toy LMs, so its block lengths and blocks can be tested against :func:`simulators.sequence.block_law`.
+  :func:`mean_ci` gives a normal-approximation confidence interval for a mean.
+"""
+from __future__ import annotations
+
+import math
+
+import numpy as np
+
+from rdk_theory.sampling import sample_steps
+from rdk_theory.validation import InputError
+
+
+def _check_alpha(alpha):
+    a = np.asarray(alpha, dtype=np.float64)
+    if np.any(~np.isfinite(a)) or np.any(a < 0) or np.any(a > 1):
+        raise InputError(f"acceptance rates must lie in [0, 1], got {alpha}")
+    return a
+
+
+def _check_gamma(gamma):
+    if int(gamma) != gamma or gamma < 0:
+        raise InputError(f"gamma must be an integer >= 0, got {gamma}")
+    return int(gamma)
+
+
+def _check_cost(c):
+    if not (np.isfinite(c) and c >= 0):
+        raise InputError(f"cost ratio c must be finite and >= 0, got {c}")
+    return float(c)
+
+
+def expected_tokens(alphas):
+    """``1 + sum_k prod_{t<=k} alpha_t`` for per-position acceptances (exact on Fractions)."""
+    total, run = 1, 1
+    for a in alphas:
+        run = run * a
+        total = total + run
+    return total
+
+
+def expected_tokens_iid(alpha, gamma: int):
+    """``(1 - alpha^(gamma+1)) / (1 - alpha)``; ``gamma + 1`` at ``alpha = 1``. Broadcasts over alpha."""
+    gamma = _check_gamma(gamma)
+    a = _check_alpha(alpha)
+    with np.errstate(divide="ignore", invalid="ignore"):
+        out = np.where(a < 1, (1 - a ** (gamma + 1)) / np.where(a < 1, 1 - a, 1), gamma + 1.0)
+    return out[()] if out.ndim == 0 else out
+
+
+def speedup(alpha, gamma: int, c: float):
+    """Leviathan wall-time speedup ``E[tokens] / (gamma c + 1)`` over target-only decoding."""
+    c = _check_cost(c)
+    return expected_tokens_iid(alpha, gamma) / (_check_gamma(gamma) * c + 1)
+
+
+def optimal_gamma(alpha: float, c: float, gamma_max: int = 64) -> tuple[int, float]:
+    """``argmax_{0 <= gamma <= gamma_max} speedup(alpha, gamma, c)`` and the speedup there.
+
+    ``gamma = 0`` (speedup 1) means speculation does not pay.
+    """
+    gammas = np.arange(0, _check_gamma(gamma_max) + 1)
+    s = np.array([speedup(alpha, int(g), c) for g in gammas])
+    i = int(np.argmax(s))
+    return int(gammas[i]), float(s[i])
+
+
+def mean_ci(samples, level: float = 0.999) -> tuple[float, float, float]:
+    """``(mean, lo, hi)``: normal-approximation two-sided CI at ``level`` for the mean."""
+    from scipy import stats
+
+    x = np.asarray(samples, dtype=np.float64)
+    m = float(x.mean())
+    half = float(stats.norm.ppf(0.5 + level / 2) * x.std(ddof=1) / math.sqrt(x.size)) if x.size > 1 else math.inf
+    return m, m - half, m + half
+
+
+def z_pvalue(samples, expected: float) -> float:
+    """Two-sided p-value that ``samples`` (i.i.d., finite variance) have mean ``expected`` (CLT)."""
+    from scipy import stats
+
+    x = np.asarray(samples, dtype=np.float64)
+    se = x.std(ddof=1) / math.sqrt(x.size)
+    if se == 0:
+        return 1.0 if abs(x.mean() - expected) < 1e-12 else 0.0
+    return float(2 * stats.norm.sf(abs(x.mean() - expected) / se))
+
+
+def mc_tokens_iid(alphas, n: int, rng) -> np.ndarray:
+    """Tokens per target call of ``n`` iterations with Bernoulli(alpha_t) acceptance at position t.
+
+    ``alphas``: (gamma,) per-position acceptances (a scalar alpha needs ``[alpha] * gamma``).
+    """
+    a = _check_alpha(np.atleast_1d(alphas))
+    acc = rng.random((int(n), a.size)) < a
+    return 1 + np.cumprod(acc, axis=1).sum(axis=1)
+
+
+def simulate_blocks(target, proposal_fn, gamma: int, n: int, rng, prefix=()) -> list[tuple]:
+    """Run ``n`` speculative iterations from ``prefix`` with the real verification step.
+
+    Position by position, the runs still going are grouped by context and each group takes
+    :func:`rdk_theory.sampling.sample_steps` draws (draft from ``r``, accept with
+    ``min(1, p/r)``, residual on rejection). Float64 arithmetic. Returns the emitted blocks.
+    """
+    gamma = _check_gamma(gamma)
+    prefix = tuple(prefix)
+    active = {(): int(n)}  # block so far -> number of runs
+    done: dict = {}
+    for t in range(gamma + 1):
+        nxt: dict = {}
+        for blk, cnt in active.items():
+            ctx = prefix + blk
+            p = np.asarray(target.next_probs(ctx), dtype=np.float64)
+            if t == gamma:
+                ys = rng.choice(p.size, size=cnt, p=p)
+                for y, k in zip(*np.unique(ys, return_counts=True)):
+                    done[blk + (int(y),)] = done.get(blk + (int(y),), 0) + int(k)
+                continue
+            r = np.asarray(proposal_fn(ctx), dtype=np.float64)
+            tokens, accepted = sample_steps(p, r, cnt, rng, check=False)
+            for y, ok in zip(tokens.tolist(), accepted.tolist()):
+                key = blk + (y,)
+                tgt = nxt if ok else done
+                tgt[key] = tgt.get(key, 0) + 1
+        active = nxt
+    out = []
+    for blk, k in done.items():
+        out.extend([blk] * k)
+    return out

@@ -1,0 +1,444 @@
+"""``rdk-theory simulate {block,speedup,dsi,disco,spectr,string}``: the simulators on the CLI.
+
+Registered through the entry point ``simulate = "simulators.cli:register"``. Each handler
+returns the exit status; bad input raises :class:`rdk_theory.validation.InputError` (the core
+CLI prints ``error: ...`` and exits 2). ``--json`` prints one JSON object on stdout.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import time
+
+import numpy as np
+
+from rdk_theory._progress import progress
+from rdk_theory.proposals import SAMPLERS
+from rdk_theory.validation import InputError
+
+RAW = argparse.RawDescriptionHelpFormatter
+
+
+def _emit(args, obj, lines):
+    if args.json:
+        json.dump(obj, sys.stdout, default=float)
+        sys.stdout.write("\n")
+    else:
+        print("\n".join(lines))
+    return 0
+
+
+def _figure(args, fn, *a):
+    if getattr(args, "figure", None):
+        fn(args.figure, *a)
+        if not args.json:
+            print(f"figure written to {args.figure}")
+
+
+# ----------------------------------------------------------------------------------- block
+def _kernels_for_pair(pair):
+    from rdk_theory.case import default_tau
+    from rdk_theory.first_order import FirstOrderCovarianceKernel
+    from rdk_theory.kernels import covariance_softmax_kernel
+
+    cal = pair.calibration_probs()
+    tau = default_tau(cal)
+    return covariance_softmax_kernel(cal, tau), FirstOrderCovarianceKernel(cal, tau), tau
+
+
+def cmd_block(args) -> int:
+    from .block import mean_ci, simulate_blocks, z_pvalue
+    from .sequence import block_law, is_lossless, make_proposal_fn
+    from .toy_lm import TOY_PAIRS, toy_pair
+
+    if args.gamma < 0 or args.gamma > 6:
+        raise InputError(f"--gamma must be in 0..6 (exact enumeration is exponential), got {args.gamma}")
+    if args.mc < 0:
+        raise InputError(f"--mc must be >= 0, got {args.mc}")
+    pairs = TOY_PAIRS if args.pair == "all" else (args.pair,)
+    samplers = SAMPLERS if args.sampler == "all" else (args.sampler,)
+    rng = np.random.default_rng(args.seed)
+    results = []
+    jobs = [(pn, s) for pn in pairs for s in samplers]
+    for pn, s in progress(jobs, desc="block", total=len(jobs)):
+        pair = toy_pair(pn, args.seed)
+        kern, fo, tau = _kernels_for_pair(pair)
+        kw = {"kernel": kern} if s == "rdk_exact" else {"first_order": fo} if s == "rdk_first_order" else {}
+        fn = make_proposal_fn(pair.drafter, pair.vocab_map, s, **kw)
+        blk = block_law(pair.target, fn, args.gamma)
+        ok, diff = is_lossless(pair.target, fn, args.gamma, n_tokens=args.gamma + 2)
+        row = {"pair": pn, "sampler": s, "rationalised": bool(fn.rationalised), "lossless": bool(ok),
+               "max_law_difference": float(diff), "expected_tokens": float(blk.expected_tokens),
+               "expected_tokens_exact": str(blk.expected_tokens) if not fn.rationalised else None,
+               "length_law": {str(k): float(v) for k, v in blk.length_law.items()},
+               "position_acceptances": [float(a) for a in blk.position_acceptances()]}
+        if args.mc:
+            fl = make_proposal_fn(pair.drafter, pair.vocab_map, s, exact=False, **kw)
+            lengths = np.array([len(b) for b in simulate_blocks(pair.target.float_copy(), fl, args.gamma,
+                                                                args.mc, rng)])
+            m, lo, hi = mean_ci(lengths, 0.999)
+            row["mc"] = {"n": int(args.mc), "mean": m, "ci999": [lo, hi],
+                         "z_pvalue": z_pvalue(lengths, float(blk.expected_tokens))}
+        results.append(row)
+    lines = [f"one speculative iteration, gamma = {args.gamma}, toy pairs seed {args.seed} "
+             f"(covariance kernel tau = default: max calibration variance)",
+             f"{'pair':<8}{'sampler':<17}{'lossless':>11}{'E[tokens/call]':>16}  "
+             f"{'P(L=1..gamma+1)':<34}{'MC mean [99.9% CI]' if args.mc else ''}"]
+    for r in results:
+        law = " ".join(f"{v:.3f}" for v in r["length_law"].values())
+        tag = "exact" if not r["rationalised"] else "exact*"
+        mc = (f"{r['mc']['mean']:.4f} [{r['mc']['ci999'][0]:.4f}, {r['mc']['ci999'][1]:.4f}]"
+              if "mc" in r else "")
+        lines.append(f"{r['pair']:<8}{r['sampler']:<17}{('yes ' + tag) if r['lossless'] else 'NO':>11}"
+                     f"{r['expected_tokens']:>16.4f}  {law:<34}{mc}")
+    lines.append("lossless: the block completed by the target, and the first gamma+2 tokens of repeated "
+                 "iterations, equal the target's law exactly (Fraction ==).")
+    lines.append("exact* = float proposal (covariance/first-order kernel, uses exp) rationalised to "
+                 "Fractions before the exact enumeration.")
+    from . import plots
+
+    _figure(args, plots.block_figure, results)
+    _emit(args, {"gamma": args.gamma, "results": results}, lines)
+    return 0 if all(r["lossless"] for r in results) else 1
+
+
+# --------------------------------------------------------------------------------- speedup
+def cmd_speedup(args) -> int:
+    from .block import expected_tokens_iid, mc_tokens_iid, mean_ci, optimal_gamma, speedup
+
+    if args.gamma_max < 1 or args.gamma_max > 512:
+        raise InputError(f"--gamma-max must be in 1..512, got {args.gamma_max}")
+    rows, curves, best = [], [], []
+    rng = np.random.default_rng(args.seed)
+    for a in args.alpha:
+        if not 0 <= a <= 1:
+            raise InputError(f"--alpha values must be in [0, 1], got {a}")
+        g, s = optimal_gamma(a, args.c, args.gamma_max)
+        curve = [float(speedup(a, k, args.c)) for k in range(args.gamma_max + 1)]
+        row = {"alpha": a, "c": args.c, "best_gamma": g, "speedup": s,
+               "tokens_per_call": float(expected_tokens_iid(a, g))}
+        if args.mc and g > 0:
+            x = mc_tokens_iid([a] * g, args.mc, rng)
+            m, lo, hi = mean_ci(x, 0.999)
+            row["mc"] = {"n": args.mc, "tokens_per_call": m, "ci999": [lo, hi],
+                         "speedup": m / (g * args.c + 1),
+                         "speedup_ci999": [lo / (g * args.c + 1), hi / (g * args.c + 1)]}
+        rows.append(row)
+        curves.append(curve)
+        best.append((g, s))
+    lines = [f"Leviathan model: speedup = (1 - a^(g+1)) / ((1 - a)(g c + 1)), c = {args.c:g}",
+             f"{'alpha':>7}{'best gamma':>12}{'tokens/call':>13}{'speedup':>10}"
+             f"{'   MC tokens/call [99.9% CI]' if args.mc else ''}"]
+    for r in rows:
+        mc = (f"   {r['mc']['tokens_per_call']:.4f} [{r['mc']['ci999'][0]:.4f}, {r['mc']['ci999'][1]:.4f}]"
+              if "mc" in r else "")
+        lines.append(f"{r['alpha']:>7.3f}{r['best_gamma']:>12d}{r['tokens_per_call']:>13.4f}{r['speedup']:>10.4f}{mc}")
+    from . import plots
+
+    _figure(args, plots.speedup_figure, args.alpha, args.c, args.gamma_max, curves, best)
+    return _emit(args, {"c": args.c, "rows": rows, "curves": curves}, lines)
+
+
+# ------------------------------------------------------------------------------------- dsi
+REALISTIC_C = (0.02, 0.3)
+REALISTIC_A = (0.5, 0.95)
+
+
+def cmd_dsi(args) -> int:
+    from . import dsi, plots
+
+    if args.c_points < 2 or args.a_points < 2:
+        raise InputError("--c-points and --a-points must be >= 2")
+    if args.servers < 1:
+        raise InputError(f"--servers must be >= 1, got {args.servers}")
+    cs = np.round(np.geomspace(0.01, 1.0, args.c_points), 4)
+    as_ = np.round(np.linspace(0.0, 0.98, args.a_points), 4)
+    t0 = time.time()
+    sw = dsi.sweep(cs, as_, args.servers, args.k_max, progress=lambda it: progress(it, desc="dsi sweep"))
+    worst = float((sw["dsi"] - np.minimum(sw["si"], 1.0)).max())
+    real = np.ix_((cs >= REALISTIC_C[0]) & (cs <= REALISTIC_C[1]), (as_ >= REALISTIC_A[0]) & (as_ <= REALISTIC_A[1]))
+    sub = sw["speedup_vs_si"][real]
+    out = {"servers": args.servers, "c": cs.tolist(), "a": as_.tolist(),
+           "speedup_vs_si": sw["speedup_vs_si"].tolist(), "speedup_vs_nonsi": sw["speedup_vs_nonsi"].tolist(),
+           "dsi_k": sw["dsi_k"].tolist(), "si_k": sw["si_k"].tolist(),
+           "range_vs_si": [float(sw["speedup_vs_si"].min()), float(sw["speedup_vs_si"].max())],
+           "range_vs_si_realistic": [float(sub.min()), float(sub.max())] if sub.size else None,
+           "realistic_grid": {"c": list(REALISTIC_C), "a": list(REALISTIC_A)},
+           "range_vs_nonsi": [float(sw["speedup_vs_nonsi"].min()), float(sw["speedup_vs_nonsi"].max())],
+           "si_slower_than_nonsi_points": int((sw["si"] > 1).sum()),
+           "max_dsi_excess_over_min_si_nonsi": worst, "seconds": time.time() - t0}
+    lines = [f"DSI offline cost model, {args.servers} target servers, grid {cs.size} c x {as_.size} a "
+             f"(c in [{cs[0]}, {cs[-1]}] geometric, a in [{as_[0]}, {as_[-1]}]), best lookahead per point",
+             f"DSI / SI speedup, whole grid:        {out['range_vs_si'][0]:.3f} .. {out['range_vs_si'][1]:.3f}",
+             (f"DSI / SI speedup, c in {REALISTIC_C}, a in {REALISTIC_A}: "
+              f"{out['range_vs_si_realistic'][0]:.3f} .. {out['range_vs_si_realistic'][1]:.3f}")
+             if sub.size else "realistic sub-grid empty at this resolution",
+             f"DSI / non-SI speedup, whole grid:    {out['range_vs_nonsi'][0]:.3f} .. {out['range_vs_nonsi'][1]:.3f}",
+             f"grid points where SI is slower than non-SI: {out['si_slower_than_nonsi_points']} of {cs.size * as_.size}",
+             f"max over grid of DSI - min(SI, non-SI) time per token: {worst:.3g} "
+             f"({'DSI never slower' if worst <= 1e-12 else 'DSI SLOWER somewhere'})"]
+    _figure(args, plots.dsi_figure, sw)
+    _emit(args, out, lines)
+    return 0 if worst <= 1e-12 else 1
+
+
+# ----------------------------------------------------------------------------------- disco
+def cmd_disco(args) -> int:
+    from . import disco, plots
+    from .sequence import make_proposal_fn
+    from .toy_lm import toy_pair
+
+    if args.c < 0 or args.gamma_max < 1 or args.tokens < 1 or args.trace_length < 2:
+        raise InputError("need --c >= 0, --gamma-max >= 1, --tokens >= 1, --trace-length >= 2")
+    rng = np.random.default_rng(args.seed)
+    trace = disco.regime_trace(rng, args.trace_length)
+    n = trace.size
+    static = [disco.trace_time_static(trace, g, args.c) / n for g in range(args.gamma_max + 1)]
+    oracle = disco.trace_time_oracle(trace, args.c) / n
+    gbest = int(np.argmin(static))
+    pair = toy_pair(args.pair, args.seed)
+    fl = make_proposal_fn(pair.drafter.float_copy(), pair.vocab_map, args.sampler, exact=False,
+                          **({"kernel": _kernels_for_pair(pair)[0]} if args.sampler == "rdk_exact" else
+                             {"first_order": _kernels_for_pair(pair)[1]} if args.sampler == "rdk_first_order" else {}))
+    tgt = pair.target.float_copy()
+    toy_trace_alphas, _ = disco.toy_trace(tgt, fl, args.trace_length, rng)
+    tstatic = [disco.trace_time_static(toy_trace_alphas, g, args.c) / n for g in range(args.gamma_max + 1)]
+    toracle = disco.trace_time_oracle(toy_trace_alphas, args.c) / n
+    runs = {}
+    jobs = ([("static", {"gamma": g}) for g in range(1, args.gamma_max + 1)] + [("oracle", {})]
+            + [("threshold", {"threshold": t}) for t in args.thresholds])
+    for pol, kw in progress(jobs, desc="disco policies", total=len(jobs)):
+        key = pol + (f"_{list(kw.values())[0]:g}" if kw else "")
+        runs[key] = disco.run_policy(tgt, fl, args.tokens, args.c, rng, policy=pol,
+                                     gamma_max=args.gamma_max, **kw)
+    st = [runs[f"static_{g}"]["time_per_token"] for g in range(1, args.gamma_max + 1)]
+    best_static = min(st)
+    thr = {k: v for k, v in runs.items() if k.startswith("threshold")}
+    best_thr_key = min(thr, key=lambda k: thr[k]["time_per_token"]) if thr else None
+    out = {
+        "c": args.c, "trace": {"kind": "regime", "length": n, "static_time_per_token": static,
+                               "best_static_gamma": gbest, "oracle_time_per_token": oracle,
+                               "oracle_gain": static[gbest] / oracle - 1},
+        "toy_trace": {"pair": args.pair, "sampler": args.sampler, "static_time_per_token": tstatic,
+                      "best_static_gamma": int(np.argmin(tstatic)), "oracle_time_per_token": toracle,
+                      "oracle_gain": min(tstatic) / toracle - 1},
+        "toy_runs": runs, "toy_best_static_gamma": int(np.argmin(st)) + 1,
+        "toy_oracle_gain": best_static / runs["oracle"]["time_per_token"] - 1,
+        "toy_best_threshold": best_thr_key,
+        "toy_threshold_gain": (best_static / thr[best_thr_key]["time_per_token"] - 1) if thr else None,
+    }
+    lines = [f"DISCO: speculation-length policies, drafter cost c = {args.c:g} (target = 1); "
+             f"time per token in target forwards, gain = best static / policy - 1",
+             f"regime trace ({n} positions, exact DP): best static gamma {gbest} -> {static[gbest]:.4f}; "
+             f"oracle {oracle:.4f}; oracle gain {out['trace']['oracle_gain']:+.1%}",
+             f"toy trace ({args.pair}/{args.sampler}, exact DP): best static gamma "
+             f"{out['toy_trace']['best_static_gamma']} -> {min(tstatic):.4f}; oracle {toracle:.4f}; "
+             f"oracle gain {out['toy_trace']['oracle_gain']:+.1%}",
+             f"toy LM speculative sampling ({args.tokens} tokens per policy, Monte Carlo):",
+             f"  {'policy':<16}{'time/token':>11}{'tokens/call':>13}{'gain':>8}"]
+    for k, v in runs.items():
+        lines.append(f"  {k:<16}{v['time_per_token']:>11.4f}{v['tokens_per_call']:>13.3f}"
+                     f"{best_static / v['time_per_token'] - 1:>+8.1%}")
+    lines.append("(the threshold is picked on the same run: an optimistic estimate for a tuned policy)")
+    _figure(args, plots.disco_figure, args.c, static, oracle, st, runs["oracle"]["time_per_token"],
+            thr[best_thr_key]["time_per_token"] if thr else np.nan)
+    return _emit(args, out, lines)
+
+
+# ---------------------------------------------------------------------------------- spectr
+def _random_pair(rng, n, exact=True):
+    from fractions import Fraction
+
+    def law():
+        w = rng.integers(0, 7, size=n)
+        while (w > 0).sum() < 2:  # at least two tokens in each support
+            w = rng.integers(0, 7, size=n)
+        return np.array([Fraction(int(x), int(w.sum())) for x in w], dtype=object)
+
+    return law(), law()
+
+
+def cmd_spectr(args) -> int:
+    from rdk_theory.multidraft import kseq_is_valid, one_minus_inv_e
+
+    from .spectr import compare_with_lp, kseq_law_by_enumeration, kseq_sample, rational_best_rho
+
+    if not 2 <= args.support <= 8 or not 1 <= args.k_max <= 5:
+        raise InputError("--support must be in 2..8 and --k-max in 1..5 (exact enumeration)")
+    rng = np.random.default_rng(args.seed)
+    p, q = _random_pair(rng, args.support)
+    ks = range(1, args.k_max + 1)
+    rows = compare_with_lp(p.astype(float), q.astype(float), ks)
+    for row in rows:
+        rho = rational_best_rho(p, q, row["k"])
+        law, acc = kseq_law_by_enumeration(p, q, rho, row["k"])
+        row["lossless_exact"] = bool(all(law == p)) and kseq_is_valid(p, q, rho, row["k"])
+        if args.mc:
+            toks, ok = kseq_sample(p.astype(float), q.astype(float), row["rho"], row["k"], args.mc, rng)
+            row["mc"] = {"n": args.mc, "acceptance": float(ok.mean()),
+                         "counts": np.bincount(toks, minlength=args.support).tolist()}
+    worst = []
+    for _ in progress(range(args.trials), desc="spectr trials", total=args.trials):
+        pp, qq = _random_pair(rng, args.support)
+        worst.extend(r["ratio"] for r in compare_with_lp(pp.astype(float), qq.astype(float), ks))
+    out = {"p": [str(x) for x in p], "q": [str(x) for x in q], "rows": rows,
+           "trials": args.trials, "min_ratio_over_trials": float(min(worst)) if worst else None,
+           "bound": one_minus_inv_e()}
+    lines = [f"SpecTr K-SEQ on p = {[str(x) for x in p]}, q = {[str(x) for x in q]}",
+             f"{'k':>3}{'rho*':>9}{'beta':>8}{'K-SEQ':>9}{'LP opt':>9}{'ratio':>8}{'lossless':>10}"
+             f"{'   MC acceptance' if args.mc else ''}"]
+    for r in rows:
+        mc = f"   {r['mc']['acceptance']:.4f} (n={args.mc})" if "mc" in r else ""
+        lines.append(f"{r['k']:>3}{r['rho']:>9.4f}{r['beta']:>8.4f}{r['kseq']:>9.4f}{r['lp_optimum']:>9.4f}"
+                     f"{r['ratio']:>8.4f}{'exact' if r['lossless_exact'] else 'NO':>10}{mc}")
+    if worst:
+        lines.append(f"min K-SEQ / LP-optimum ratio over {args.trials} random pairs x k = 1..{args.k_max}: "
+                     f"{min(worst):.4f} (SpecTr's guarantee: >= 1 - 1/e = {one_minus_inv_e():.4f})")
+    return _emit(args, out, lines)
+
+
+# ---------------------------------------------------------------------------------- string
+def cmd_string(args) -> int:
+    from . import plots
+    from .strings import DRAFT_TOKENS, TARGET_TOKENS, cost_table, markov_string_drafter, string_step, toy_string_models
+
+    if not 1 <= args.max_length <= 60:
+        raise InputError(f"--max-length must be in 1..60, got {args.max_length}")
+    tgt, dr = toy_string_models(args.seed)
+    rows = []
+    for ctx in range(len(TARGET_TOKENS)):
+        p = tgt.next_probs((ctx,))
+        res = string_step(p, markov_string_drafter(dr, DRAFT_TOKENS, start=(ctx % len(DRAFT_TOKENS),)))
+        rows.append({"context": TARGET_TOKENS[ctx], "p": [float(x) for x in p],
+                     "psi": [float(x) for x in res["psi"]],
+                     "psi_methods_agree": bool(all(res["psi"] == res["psi_by_segmentations"])),
+                     "slem": float(res["slem"]), "slrs": float(res["slrs"]),
+                     "slrs_lossless_exact": bool(all(res["slrs_output_law"] == p)),
+                     "slem_lossless_exact": bool(all(res["slem_output_law"] == p))})
+    cost = cost_table(range(1, args.max_length + 1))
+    out = {"target_tokens": TARGET_TOKENS, "draft_tokens": DRAFT_TOKENS, "rows": rows, "cost": cost}
+    lines = [f"target tokens {TARGET_TOKENS} (a complete prefix code), drafter tokens {DRAFT_TOKENS}",
+             f"{'after':<7}{'p':<24}{'psi':<24}{'SLEM':>7}{'SLRS':>7}  lossless (exact)"]
+    for r in rows:
+        lines.append(f"{r['context']:<7}{' '.join(f'{x:.3f}' for x in r['p']):<24}"
+                     f"{' '.join(f'{x:.3f}' for x in r['psi']):<24}{r['slem']:>7.3f}{r['slrs']:>7.3f}  "
+                     f"{'SLEM, SLRS' if r['slrs_lossless_exact'] and r['slem_lossless_exact'] else 'NO'}"
+                     f"{'' if r['psi_methods_agree'] else ' (psi methods DISAGREE)'}")
+    lines.append("cost of psi by enumeration: segmentations of 'abab...' into drafter tokens")
+    lines.append(f"{'length':>7}{'segmentations':>15}{'enumeration s':>15}")
+    for c in cost:
+        t = f"{c['enumeration_seconds']:.2e}" if "enumeration_seconds" in c else "-"
+        lines.append(f"{c['length']:>7}{c['segmentations']:>15}{t:>15}")
+    _figure(args, plots.string_cost_figure, cost)
+    return _emit(args, out, lines)
+
+
+# -------------------------------------------------------------------------------- register
+def _positive_int(s):
+    try:
+        return int(s)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected an integer, got {s!r}") from None
+
+
+def register(subparsers) -> None:
+    """Add ``simulate`` with its six sub-commands to the ``rdk-theory`` parser."""
+    from .toy_lm import TOY_PAIRS
+
+    sim = subparsers.add_parser(
+        "simulate", formatter_class=RAW,
+        help="exact and Monte Carlo simulators: blocks, speedup, DSI, DISCO, SpecTr, SLEM/SLRS",
+        description="Simulators built on the core samplers (see simulators/README.md).",
+        epilog="examples:\n  rdk-theory simulate block --pair all --sampler all --gamma 3\n"
+               "  rdk-theory simulate speedup --alpha 0.6 0.8 0.9 --c 0.05\n"
+               "  rdk-theory simulate dsi --servers 7 --figure dsi.png\n"
+               "  rdk-theory simulate disco --c 0.1\n  rdk-theory simulate spectr --k-max 4\n"
+               "  rdk-theory simulate string --figure psi_cost.png")
+    sub = sim.add_subparsers(dest="sim_command", metavar="SIMULATOR")
+    sim.set_defaults(func=lambda a: (sim.print_help(), 2)[1])
+
+    def common(p, figure=True):
+        p.add_argument("--json", action="store_true", help="print one JSON object on stdout")
+        if figure:
+            p.add_argument("--figure", metavar="PATH", help="write a PNG figure to PATH")
+
+    b = sub.add_parser("block", formatter_class=RAW, help="exact law of one speculative iteration on toy LMs",
+                       description="Enumerate every draft path of one speculative iteration on toy Markov "
+                                   "LMs (Fraction arithmetic); check sequence-level losslessness; exact law of "
+                                   "tokens per target call; optional Monte Carlo with the real sampler.",
+                       epilog="example:\n  rdk-theory simulate block --pair pruned --sampler all --gamma 3 --mc 20000\n"
+                              "  -> per sampler: lossless yes, E[tokens/call], P(L = 1..4), MC mean [99.9% CI]")
+    b.add_argument("--pair", choices=TOY_PAIRS + ("all",), default="all",
+                   help="toy pair: same vocabulary, pruned drafter, or heterogeneous tokenizers (default all)")
+    b.add_argument("--sampler", choices=SAMPLERS + ("all",), default="all", help="default all")
+    b.add_argument("--gamma", type=_positive_int, default=3, help="draft length (default 3)")
+    b.add_argument("--seed", type=int, default=0, help="seed of the toy models and the Monte Carlo")
+    b.add_argument("--mc", type=_positive_int, default=0, help="Monte Carlo iterations (default 0: none)")
+    common(b)
+    b.set_defaults(func=cmd_block)
+
+    s = sub.add_parser("speedup", formatter_class=RAW, help="tokens per call, wall-time speedup, best gamma",
+                       description="Leviathan's i.i.d. model: tokens per target call (1 - a^(g+1))/(1 - a), "
+                                   "speedup with drafter cost c, and the best draft length g.",
+                       epilog="example:\n  rdk-theory simulate speedup --alpha 0.6 0.8 0.9 --c 0.05 --mc 100000 "
+                              "--figure speedup.png")
+    s.add_argument("--alpha", type=float, nargs="+", default=[0.6, 0.8, 0.9], help="acceptance rates")
+    s.add_argument("--c", type=float, default=0.05, help="drafter/target cost ratio (default 0.05)")
+    s.add_argument("--gamma-max", type=_positive_int, default=16, help="largest gamma searched (default 16)")
+    s.add_argument("--mc", type=_positive_int, default=0, help="Monte Carlo iterations at the best gamma")
+    s.add_argument("--seed", type=int, default=0)
+    common(s)
+    s.set_defaults(func=cmd_speedup)
+
+    d = sub.add_parser("dsi", formatter_class=RAW, help="DSI vs SI vs non-SI heat-map sweep",
+                       description="Offline cost model of distributed speculative inference (arXiv "
+                                   "2405.14105): best-lookahead DSI, SI and non-SI time per token over a "
+                                   "(drafter cost c, acceptance a) grid. Exit 1 if DSI is ever slower.",
+                       epilog="example:\n  rdk-theory simulate dsi --servers 7 --figure dsi.png\n"
+                              "  -> DSI / SI speedup ranges (whole grid and realistic sub-grid), "
+                              "never-slower check")
+    d.add_argument("--servers", type=_positive_int, default=7, help="target servers (default 7)")
+    d.add_argument("--c-points", type=_positive_int, default=24, help="grid points in c (default 24)")
+    d.add_argument("--a-points", type=_positive_int, default=50, help="grid points in a (default 50)")
+    d.add_argument("--k-max", type=_positive_int, default=64, help="largest lookahead (default 64)")
+    common(d)
+    d.set_defaults(func=cmd_dsi)
+
+    c = sub.add_parser("disco", formatter_class=RAW, help="oracle / static / confidence-threshold draft lengths",
+                       description="DISCO (arXiv 2405.04304): the oracle speculation length against the best "
+                                   "static one, on acceptance traces (exact DP) and on toy LMs (Monte Carlo "
+                                   "speculative sampling), plus a confidence-threshold policy.",
+                       epilog="example:\n  rdk-theory simulate disco --c 0.1 --figure disco.png")
+    c.add_argument("--pair", choices=TOY_PAIRS, default="pruned")
+    c.add_argument("--sampler", choices=SAMPLERS, default="tli")
+    c.add_argument("--c", type=float, default=0.1, help="drafter/target cost ratio (default 0.1)")
+    c.add_argument("--gamma-max", type=_positive_int, default=8)
+    c.add_argument("--tokens", type=_positive_int, default=20000, help="tokens per policy (default 20000)")
+    c.add_argument("--trace-length", type=_positive_int, default=2000)
+    c.add_argument("--thresholds", type=float, nargs="*", default=[0.1, 0.2, 0.3, 0.4, 0.5])
+    c.add_argument("--seed", type=int, default=0)
+    common(c)
+    c.set_defaults(func=cmd_disco)
+
+    k = sub.add_parser("spectr", formatter_class=RAW, help="K-SEQ multi-draft: rho*, acceptance, LP optimum",
+                       description="SpecTr K-SEQ (arXiv 2310.15141) with k i.i.d. drafts: best rho by "
+                                   "bisection, acceptance 1 - (1 - beta)^k, exact output law, LP optimum.",
+                       epilog="example:\n  rdk-theory simulate spectr --support 4 --k-max 4 --mc 100000")
+    k.add_argument("--support", type=_positive_int, default=4, help="vocabulary size (default 4)")
+    k.add_argument("--k-max", type=_positive_int, default=4)
+    k.add_argument("--trials", type=_positive_int, default=50, help="random pairs for the ratio bound")
+    k.add_argument("--mc", type=_positive_int, default=0, help="Monte Carlo K-SEQ steps per k")
+    k.add_argument("--seed", type=int, default=0)
+    common(k, figure=False)
+    k.set_defaults(func=cmd_spectr)
+
+    t = sub.add_parser("string", formatter_class=RAW, help="SLEM / SLRS on toy tokenizers; cost of psi",
+                       description="String-level verification (arXiv 2502.05202) on toy tokenizers: psi by "
+                                   "segmentations, SLEM and SLRS acceptance, exact losslessness, and the "
+                                   "exponential number of segmentations.",
+                       epilog="example:\n  rdk-theory simulate string --max-length 24 --figure psi_cost.png")
+    t.add_argument("--max-length", type=_positive_int, default=24)
+    t.add_argument("--seed", type=int, default=0)
+    common(t)
+    t.set_defaults(func=cmd_string)

@@ -1,0 +1,252 @@
+"""Exact sequence-level simulator of speculative decoding on toy LMs (Fraction arithmetic).
+
+One speculative *iteration* with draft length ``gamma`` from a context ``c``: for positions
+``t = 1..gamma`` the drafter proposes ``x_t ~ r_t`` (``r_t`` the sampler's proposal over T built
+from the drafter law at ``c + x_<t``; its missing mass is a drafter token the target lacks),
+the target accepts it with probability ``min(1, p_t(x_t) / r_t(x_t))``; the first rejection
+emits ``y ~ res_t = (p_t - r_t)^+ / sum (p_t - r_t)^+`` and ends the block; if all ``gamma``
+drafts are accepted the target's bonus token ``y ~ p_{gamma+1}`` ends it. The block holds
+``L`` tokens, ``1 <= L <= gamma + 1``: the tokens per target call.
+
+:func:`block_law` enumerates every draft path (each drafted token, each accept/reject outcome,
+each residual/bonus token) and returns the exact law of the emitted block. Drafts after the
+first rejection are never examined; their probabilities sum to 1 and are marginalised out.
+Losslessness at sequence level is checked two ways:
+
+* :func:`completed_law`: the block, completed by the target's own sampling up to ``gamma + 1``
+  tokens, has exactly the target's law of ``gamma + 1`` tokens;
+* :func:`stream_law`: the first ``n`` tokens of *repeated* iterations (as many as needed) have
+  exactly the target's law ``target.sequence_law(prefix, n)``.
+
+Proposals come from :mod:`rdk_theory.proposals` (the four samplers, any kernel). Exact mode
+needs exact proposals: vanilla, TLI and RDK with a Fraction kernel (identity, marginal with a
+Fraction ``w``/``lam``, a :class:`rdk_theory.kernels.DenseKernel` of Fractions) are exact as
+computed. A float-only proposal (covariance-softmax RDK, first-order RDK, which use ``exp``) is
+**rationalised**: its float64 vector is converted to Fractions (``limit_denominator``) and
+renormalised exactly to the mass of ``q'``. Losslessness holds for *every* proposal, so the exact
+check is meaningful for the rationalised copy; the float64 run of the same enumeration
+(``exact=False``) is compared with the target within a named tolerance in the tests.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from fractions import Fraction
+from typing import Callable
+
+import numpy as np
+
+from rdk_theory import _backend as B
+from rdk_theory.proposals import SAMPLERS, build_proposals
+from rdk_theory.validation import InputError
+
+ProposalFn = Callable[[tuple], np.ndarray]
+
+#: Largest denominator kept when rationalising a float64 proposal.
+RATIONAL_MAX_DENOMINATOR = 1 << 20
+
+
+def rationalise(vec, total=1) -> np.ndarray:
+    """Exact Fraction copy of a float vector, renormalised to sum exactly to ``total``.
+
+    Zeros stay zeros; entries are rounded with ``limit_denominator(2**20)`` first. If every
+    entry rounds to 0 the result is all zeros (a zero proposal: alpha = 0).
+    """
+    fr = [Fraction(float(v)).limit_denominator(RATIONAL_MAX_DENOMINATOR) if v > 0 else Fraction(0)
+          for v in np.asarray(vec, dtype=np.float64)]
+    s = sum(fr)
+    if s == 0 or total == 0:
+        return np.array([Fraction(0)] * len(fr), dtype=object)
+    return np.array([f * Fraction(total) / s for f in fr], dtype=object)
+
+
+def rationalise_kernel(matrix) -> np.ndarray:
+    """Row-wise :func:`rationalise` of a float row-stochastic matrix (an exact kernel copy)."""
+    return np.array([rationalise(row) for row in np.asarray(matrix, dtype=np.float64)], dtype=object)
+
+
+def _is_exact_kernel(kernel) -> bool:
+    from rdk_theory.kernels import DenseKernel, IdentityKernel, MarginalKernel
+
+    if kernel is None or isinstance(kernel, IdentityKernel):
+        return True
+    if isinstance(kernel, DenseKernel):
+        return B.is_exact(kernel.matrix)
+    if isinstance(kernel, MarginalKernel):
+        return B.is_exact(kernel.w) and isinstance(kernel.lam, (Fraction, int))
+    return False
+
+
+def make_proposal_fn(drafter, vocab_map, sampler: str = "tli", *, kernel=None, first_order=None,
+                     exact: bool = True) -> ProposalFn:
+    """``context -> r`` over T for one of the four samplers, cached per context.
+
+    ``kernel`` is needed by ``rdk_exact``, ``first_order`` (a
+    :class:`rdk_theory.first_order.FirstOrderCovarianceKernel`) by ``rdk_first_order``. With
+    ``exact=True`` the drafter must have Fraction tables; float-only proposals are rationalised
+    (see the module docstring). ``fn.rationalised`` tells whether that happened.
+    """
+    if sampler not in SAMPLERS:
+        raise InputError(f"unknown sampler {sampler!r}; choose one of {', '.join(SAMPLERS)}")
+    if sampler == "rdk_exact" and kernel is None:
+        raise InputError("sampler rdk_exact needs a kernel")
+    if sampler == "rdk_first_order" and first_order is None:
+        raise InputError("sampler rdk_first_order needs a first-order kernel")
+    rational = exact and not (sampler in ("vanilla", "tli") or
+                              (sampler == "rdk_exact" and _is_exact_kernel(kernel)))
+    cache: dict = {}
+
+    def fn(context):
+        key = tuple(context)
+        if key not in cache:
+            q = drafter.next_probs(key)
+            if exact and not rational:
+                props = build_proposals(q, vocab_map, kernel=kernel if sampler == "rdk_exact" else None,
+                                        check=False)
+                cache[key] = props[sampler]
+            else:
+                qf = np.asarray(q, dtype=np.float64)
+                props = build_proposals(qf, vocab_map,
+                                        kernel=kernel if sampler == "rdk_exact" else None,
+                                        first_order=first_order if sampler == "rdk_first_order" else None,
+                                        check=False)
+                r = np.asarray(props[sampler], dtype=np.float64)
+                if rational:
+                    mass = sum(q[j] for j, t in enumerate(vocab_map.draft_to_target) if t >= 0)
+                    r = rationalise(r, 1 if mass > 0 else 0)
+                cache[key] = r
+        return cache[key]
+
+    fn.rationalised = rational
+    fn.sampler = sampler
+    return fn
+
+
+@dataclass
+class BlockLaw:
+    """Exact law of one speculative iteration's emitted block.
+
+    Attributes:
+      law: ``{block tuple: probability}`` (variable length 1..gamma+1).
+      gamma: draft length.
+      prefix: the context the iteration started from.
+      length_law: ``{L: P(L tokens emitted)}``: tokens per target call.
+      expected_tokens: ``E[L]``.
+      accepted_law: ``{k: P(exactly k drafts accepted)}``.
+    """
+
+    law: dict
+    gamma: int
+    prefix: tuple
+    length_law: dict = field(default_factory=dict)
+    expected_tokens: object = 0
+
+    def __post_init__(self):
+        lengths: dict = {}
+        for blk, w in self.law.items():
+            lengths[len(blk)] = lengths.get(len(blk), 0) + w
+        self.length_law = dict(sorted(lengths.items()))
+        self.expected_tokens = sum(k * w for k, w in self.length_law.items())
+
+    def position_acceptances(self) -> list:
+        """``alpha_t = P(L > t) / P(L > t - 1)``: the conditional acceptance at each position."""
+        tail = [sum(w for k, w in self.length_law.items() if k > t) for t in range(self.gamma + 1)]
+        return [tail[t] / tail[t - 1] if tail[t - 1] != 0 else 0 for t in range(1, self.gamma + 1)]
+
+
+def block_law(target, proposal_fn: ProposalFn, gamma: int, prefix=()) -> BlockLaw:
+    """Enumerate every draft path of one iteration; return the exact law of the emitted block.
+
+    Parameters:
+      target: a toy LM (``next_probs(context)`` over T).
+      proposal_fn: from :func:`make_proposal_fn`.
+      gamma: draft length (>= 0; 0 means the target alone emits one token).
+      prefix: tuple of target ids already generated.
+    """
+    if int(gamma) != gamma or gamma < 0:
+        raise InputError(f"gamma must be an integer >= 0, got {gamma}")
+    law: dict = {}
+    prefix = tuple(prefix)
+
+    def add(block, w):
+        if w != 0:
+            law[block] = law.get(block, 0) + w
+
+    def walk(block, w, t):
+        ctx = prefix + block
+        p = target.next_probs(ctx)
+        if t == gamma:  # every draft accepted: the target's bonus token
+            for y in range(len(p)):
+                add(block + (y,), w * p[y])
+            return
+        r = proposal_fn(ctx)
+        excess = np.array([p[x] - r[x] if p[x] > r[x] else 0 * p[x] for x in range(len(p))], dtype=p.dtype)
+        ex_total = excess.sum()
+        reject = 0 * p[0]
+        for x in range(len(p)):  # drafted target token x, probability r(x)
+            if r[x] == 0:
+                continue
+            acc = p[x] / r[x] if p[x] < r[x] else 1  # min(1, p(x) / r(x))
+            if acc != 0:
+                walk(block + (x,), w * r[x] * acc, t + 1)
+            reject = reject + r[x] * (1 - acc)
+        reject = reject + (1 - r.sum())  # a drafter token the target lacks: always rejected
+        if reject != 0:
+            if ex_total == 0:
+                raise AssertionError("rejection with an empty residual: proposal inconsistent with p")
+            for y in range(len(p)):
+                if excess[y] != 0:
+                    add(block + (y,), w * reject * excess[y] / ex_total)
+
+    walk((), 1, 0)
+    return BlockLaw(law, int(gamma), prefix)
+
+
+def completed_law(target, block: BlockLaw) -> dict:
+    """Law of the first ``gamma + 1`` tokens when each block is completed by the target itself."""
+    n = block.gamma + 1
+    out: dict = {}
+    for blk, w in block.law.items():
+        for tail, v in target.sequence_law(block.prefix + blk, n - len(blk)).items():
+            out[blk + tail] = out.get(blk + tail, 0) + w * v
+    return out
+
+
+def stream_law(target, proposal_fn: ProposalFn, gamma: int, n_tokens: int, prefix=()) -> dict:
+    """Exact law of the first ``n_tokens`` emitted by repeated speculative iterations."""
+    prefix = tuple(prefix)
+    memo: dict = {}
+
+    def laws(ctx):
+        if ctx not in memo:
+            memo[ctx] = block_law(target, proposal_fn, gamma, ctx).law
+        return memo[ctx]
+
+    out: dict = {}
+
+    def go(emitted, w):
+        need = n_tokens - len(emitted)
+        if need <= 0:
+            key = emitted[:n_tokens]
+            out[key] = out.get(key, 0) + w
+            return
+        for blk, v in laws(prefix + emitted).items():
+            go(emitted + blk, w * v)
+
+    go((), 1)
+    return out
+
+
+def max_law_difference(law_a: dict, law_b: dict):
+    """``max_s |law_a(s) - law_b(s)|`` over the union of supports (exact 0 means equal laws)."""
+    keys = set(law_a) | set(law_b)
+    return max(abs(law_a.get(s, 0) - law_b.get(s, 0)) for s in keys) if keys else 0
+
+
+def is_lossless(target, proposal_fn: ProposalFn, gamma: int, prefix=(), n_tokens: int | None = None):
+    """``(ok, max difference)``: block completion (and, with ``n_tokens``, the stream) vs target."""
+    blk = block_law(target, proposal_fn, gamma, prefix)
+    diff = max_law_difference(completed_law(target, blk), target.sequence_law(prefix, gamma + 1))
+    if n_tokens:
+        diff = max(diff, max_law_difference(stream_law(target, proposal_fn, gamma, n_tokens, prefix),
+                                            target.sequence_law(prefix, n_tokens)))
+    return diff == 0, diff
