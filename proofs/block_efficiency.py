@@ -14,7 +14,7 @@ Proof (symbolic): sympy expands :math:`E[N + 1]` from this law and subtracts the
 getting 0 for symbolic :math:`\alpha_1..\alpha_\gamma`, :math:`\gamma = 1..` ``MAX_GAMMA``; the
 induction step :math:`E_\gamma(\alpha_1..) = 1 + \alpha_1 E_{\gamma - 1}(\alpha_2..)` is checked the
 same way; the i.i.d. closed form is proved for a *symbolic* :math:`\gamma` by sympy's geometric
-summation. Cross-check: exact enumeration of all :math:`2^\gamma` accept/reject patterns for
+summation. Cross-check: :func:`rdk_theory.bounds.expected_tokens_per_call` and exact enumeration of all :math:`2^\gamma` accept/reject patterns for
 rational acceptances.
 
 Perturbed statement (must be refuted): the acceptances add without the product,
@@ -25,7 +25,10 @@ from __future__ import annotations
 import itertools
 from fractions import Fraction
 
+import numpy as np
 import sympy as sp
+
+from rdk_theory.bounds import expected_tokens_per_call
 
 from .result import run_check
 
@@ -94,7 +97,7 @@ def _body(out):
         for alphas in itertools.product(GRID, repeat=g):
             out.cases += 1
             enum = expected_by_enumeration(alphas)
-            if enum != tail_sum(alphas):
+            if enum != tail_sum(alphas) or expected_tokens_per_call(np.array(alphas, dtype=object)) != enum:
                 out.fail({"alphas": list(alphas), "enumerated": enum, "formula": tail_sum(alphas)})
             if len(set(alphas)) == 1 and alphas[0] != 1:
                 a0 = alphas[0]
@@ -102,7 +105,8 @@ def _body(out):
                     out.fail({"alphas": list(alphas), "iid_closed_form": (1 - a0 ** (g + 1)) / (1 - a0)})
             if 1 + sum(alphas) != enum:
                 out.refute({"alphas": list(alphas), "enumerated": enum, "perturbed": 1 + sum(alphas)})
-    out.methods.append(f"exhaustive exact enumeration of accept/reject patterns for gamma <= 4 and "
+    out.methods.append(f"exhaustive exact enumeration of accept/reject patterns (also against "
+                       f"rdk_theory.bounds.expected_tokens_per_call) for gamma <= 4 and "
                        f"alphas in {{{', '.join(map(str, GRID))}}}")
 
 

@@ -7,6 +7,8 @@
 * :func:`best_mixing_lambda` — for a rank-one kernel ``M = (1 - lam) I + lam 1 w^T``, the ``lam``
   maximising the mean acceptance over a calibration set: the mean of concave piecewise-linear
   functions of ``lam`` (statement O5), maximised exactly by scanning its breakpoints;
+* :func:`expected_tokens_per_call` — block efficiency ``1 + sum_k prod_{t<=k} alpha_t``
+  (statement B);
 * :func:`best_static_kernel_lp` — the best row-stochastic ``M`` over ``T`` for a set of contexts,
   a linear program (statement O5: ``alpha`` is concave in ``M``): an upper bound on what *any*
   static RDK kernel can reach on that data. Dense LP with ``N_T^2 + C N_T`` variables: small
@@ -144,4 +146,21 @@ def best_static_kernel_lp(target_probs, tli_proposals, *, mask=None):
     return m, float(acceptance_rate(p, qp @ m, check=False).mean())
 
 
-__all__ = ["MAX_LP_VOCAB", "best_mixing_lambda", "best_static_kernel_lp", "oov_cap", "tv_upper_bound"]
+def expected_tokens_per_call(acceptances):
+    """Block efficiency (statement B): ``1 + sum_k prod_{t<=k} alpha_t`` over the last axis.
+
+    ``acceptances`` (..., gamma) are the per-position acceptance rates of one block of ``gamma``
+    drafts; i.i.d. ``alpha`` gives ``(1 - alpha^(gamma+1)) / (1 - alpha)``. Exact on ``Fraction``
+    object arrays.
+    """
+    a = np.asarray(acceptances)
+    if a.ndim == 0 or a.shape[-1] == 0:
+        raise InputError(f"acceptances must have a non-empty last axis (gamma), got shape {a.shape}")
+    if a.dtype != object:
+        a = a.astype(np.float64)
+        if np.any(~np.isfinite(a)) or np.any((a < 0) | (a > 1)):
+            raise InputError("acceptances must lie in [0, 1]")
+    return 1 + np.cumprod(a, axis=-1).sum(axis=-1)
+
+
+__all__ = ["MAX_LP_VOCAB", "expected_tokens_per_call", "best_mixing_lambda", "best_static_kernel_lp", "oov_cap", "tv_upper_bound"]

@@ -9,6 +9,7 @@ from hypothesis import example, given
 from hypothesis import strategies as st
 
 from proofs.block_efficiency import expected_by_enumeration, expected_from_law, tail_sum
+from rdk_theory.bounds import expected_tokens_per_call
 from rdk_theory.multidraft import (
     beta, kseq_accept_law, kseq_acceptance, kseq_best_rho, kseq_is_valid, kseq_output_law,
     one_minus_inv_e, optimal_acceptance_cut, optimal_acceptance_lp,
@@ -29,6 +30,8 @@ alphas = st.lists(st.integers(0, 4).map(lambda k: Fraction(k, 4)), min_size=1, m
 @example(a=[Fraction(0)])
 def test_B_tail_sum_equals_expectation_exactly(a):
     assert tail_sum(a) == expected_from_law(a) == expected_by_enumeration(a)
+    assert expected_tokens_per_call(np.array(a, dtype=object)) == tail_sum(a)
+    assert_close(expected_tokens_per_call(np.array(a, dtype=np.float64)), float(tail_sum(a)))
 
 
 @given(k=st.integers(0, 3), g=st.integers(1, 8))
