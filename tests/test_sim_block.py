@@ -1,0 +1,66 @@
+"""Block efficiency (statement B), Leviathan speedup, best gamma, and their Monte Carlo versions."""
+from __future__ import annotations
+
+from fractions import Fraction
+
+import numpy as np
+import pytest
+
+from rdk_theory.validation import InputError
+from simulators.block import (
+    expected_tokens,
+    expected_tokens_iid,
+    mc_tokens_iid,
+    mean_ci,
+    optimal_gamma,
+    speedup,
+    z_pvalue,
+)
+from tests.stats import assert_pvalue
+from tests.tolerances import assert_close
+
+
+def test_iid_closed_form_equals_the_product_sum_exactly():
+    for a in (Fraction(0), Fraction(1, 3), Fraction(9, 10), Fraction(1)):
+        for g in range(6):
+            direct = expected_tokens([a] * g)
+            closed = (1 - a ** (g + 1)) / (1 - a) if a != 1 else g + 1
+            assert direct == closed
+            assert_close(expected_tokens_iid(float(a), g), float(closed))
+
+
+def test_per_position_formula_known_values():
+    assert expected_tokens([]) == 1
+    assert expected_tokens([Fraction(1, 2), Fraction(1, 3)]) == 1 + Fraction(1, 2) + Fraction(1, 6)
+    assert expected_tokens([0, 1, 1]) == 1
+
+
+def test_speedup_and_optimal_gamma():
+    assert_close(speedup(0.8, 4, 0.05), (1 - 0.8 ** 5) / (0.2 * 1.2))
+    assert optimal_gamma(0.0, 0.05) == (0, 1.0)          # never speculate with alpha = 0
+    assert optimal_gamma(0.9, 0.0, gamma_max=20)[0] == 20  # free drafts: the longest draft wins
+    gs = [optimal_gamma(a, 0.05)[0] for a in (0.5, 0.7, 0.8, 0.9, 0.95)]
+    assert gs == sorted(gs)                               # better drafters draft longer
+    gs_c = [optimal_gamma(0.8, c)[0] for c in (0.01, 0.05, 0.2, 0.5)]
+    assert gs_c == sorted(gs_c, reverse=True)             # dearer drafters draft shorter
+    g, s = optimal_gamma(0.8, 0.05)
+    assert s >= max(speedup(0.8, k, 0.05) for k in range(65))
+
+
+@pytest.mark.parametrize("bad", [-0.1, 1.5, float("nan")])
+def test_bad_alpha_is_rejected(bad):
+    with pytest.raises(InputError):
+        expected_tokens_iid(bad, 3)
+
+
+@pytest.mark.mc
+def test_monte_carlo_tokens_per_call_agree_with_closed_form():
+    """n = 200000 iterations, per-position acceptances (0.9, 0.8, 0.7, 0.6): z-test of the mean
+    against 1 + sum_k prod alpha_t at the suite's per-test false-alarm rate; the 99.9% CI is
+    reported by the CLI the same way."""
+    alphas = [0.9, 0.8, 0.7, 0.6]
+    x = mc_tokens_iid(alphas, 200_000, np.random.default_rng(0))
+    assert x.min() >= 1 and x.max() <= 5
+    assert_pvalue(z_pvalue(x, expected_tokens(alphas)), "MC tokens per call")
+    m, lo, hi = mean_ci(x, 0.999)
+    assert lo < m < hi and hi - lo < 0.02

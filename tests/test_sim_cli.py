@@ -1,0 +1,69 @@
+"""``rdk-theory simulate ...``: every sub-command runs with --json, figures are written, bad input exits 2."""
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from rdk_theory.cli import main
+
+
+def _run(capsys, *argv):
+    rc = main(["simulate", *argv])
+    out, err = capsys.readouterr()
+    return rc, out, err
+
+
+def test_block_json_reports_lossless_for_every_sampler(capsys):
+    rc, out, _ = _run(capsys, "block", "--pair", "pruned", "--gamma", "2", "--json")
+    assert rc == 0
+    res = json.loads(out)["results"]
+    assert {r["sampler"] for r in res} == {"vanilla", "tli", "rdk_exact", "rdk_first_order"}
+    assert all(r["lossless"] and r["max_law_difference"] == 0 for r in res)
+    assert all(abs(sum(r["length_law"].values()) - 1) < 1e-12 for r in res)
+
+
+def test_speedup_table_and_figure(capsys, tmp_path):
+    fig = tmp_path / "speedup.png"
+    rc, out, _ = _run(capsys, "speedup", "--alpha", "0.8", "--c", "0.05", "--figure", str(fig))
+    assert rc == 0 and fig.stat().st_size > 1000
+    assert "best gamma" in out
+
+
+def test_dsi_small_grid(capsys, tmp_path):
+    fig = tmp_path / "dsi.png"
+    rc, out, _ = _run(capsys, "dsi", "--c-points", "6", "--a-points", "6", "--k-max", "16", "--json",
+                      "--figure", str(fig))
+    obj = json.loads(out)
+    assert rc == 0 and fig.exists()
+    assert obj["max_dsi_excess_over_min_si_nonsi"] <= 1e-12
+    assert obj["range_vs_si"][0] >= 1 - 1e-12
+
+
+def test_disco_small(capsys):
+    rc, out, _ = _run(capsys, "disco", "--tokens", "500", "--trace-length", "200", "--gamma-max", "4",
+                      "--thresholds", "0.3", "--json")
+    obj = json.loads(out)
+    assert rc == 0 and obj["trace"]["oracle_gain"] > 0 and "threshold_0.3" in obj["toy_runs"]
+
+
+def test_spectr_and_string(capsys):
+    rc, out, _ = _run(capsys, "spectr", "--k-max", "3", "--trials", "3", "--json")
+    assert rc == 0 and all(r["lossless_exact"] for r in json.loads(out)["rows"])
+    rc, out, _ = _run(capsys, "string", "--max-length", "8", "--json")
+    obj = json.loads(out)
+    assert rc == 0 and all(r["slrs_lossless_exact"] and r["psi_methods_agree"] for r in obj["rows"])
+
+
+@pytest.mark.parametrize("argv", [
+    ["block", "--gamma", "9"],
+    ["speedup", "--alpha", "1.5"],
+    ["dsi", "--servers", "0"],
+    ["disco", "--c", "-1"],
+    ["spectr", "--support", "20"],
+    ["string", "--max-length", "0"],
+])
+def test_bad_input_exits_2_with_one_line(capsys, argv):
+    rc, out, err = _run(capsys, *argv)
+    assert rc == 2
+    assert err.startswith("error: ") and "Traceback" not in err

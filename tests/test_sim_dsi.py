@@ -1,0 +1,78 @@
+"""DSI offline cost model: closed forms, exact vs Monte Carlo, never slower than SI or non-SI."""
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pytest
+
+from rdk_theory.validation import InputError
+from simulators import dsi
+from simulators.block import z_pvalue
+from tests.stats import assert_pvalue
+from tests.tolerances import INEQUALITY_SLACK, assert_close, assert_leq
+
+C_GRID = np.geomspace(0.01, 1.0, 12)
+A_GRID = np.linspace(0.0, 0.98, 15)
+
+
+def _recursive_starts(n, c, k, servers):
+    s = []
+    for j in range(n):
+        s.append(max(j * k * c, (s[j - servers] + 1) if j >= servers else -math.inf))
+    return np.array(s)
+
+
+@pytest.mark.parametrize("c,k,servers", [(0.1, 2, 3), (0.05, 1, 7), (0.3, 1, 2), (0.02, 10, 2), (0.5, 2, 1)])
+def test_schedule_closed_form_matches_recursion(c, k, servers):
+    j = np.arange(60)
+    assert_close(dsi.task_starts(j, c, k, servers), _recursive_starts(60, c, k, servers))
+
+
+def test_k1_with_enough_servers_has_the_closed_form():
+    for c in (0.05, 0.2, 0.5, 1.0):
+        for a in (0.0, 0.5, 0.9):
+            assert_close(dsi.dsi_cost(c, a, 1, dsi.servers_needed(c, 1)), c + (1 - c) * (1 - a))
+
+
+def test_si_cost_known_value_and_si_can_be_slower_than_non_si():
+    assert_close(dsi.si_cost(0.1, 0.8, 4), 1.4 * 0.2 / (1 - 0.8 ** 5))
+    assert dsi.si_best(0.5, 0.2)[1] > 1.0  # a slow, inaccurate drafter: SI loses to non-SI
+
+
+@pytest.mark.parametrize("servers", [2, 3, 7, 100])
+def test_dsi_is_never_slower_than_si_or_non_si_on_the_grid(servers):
+    """Statement of [4] under this model: best-k DSI <= min(best-k SI, non-SI) at every grid point."""
+    sw = dsi.sweep(C_GRID, A_GRID, servers, k_max=32)
+    assert_leq(sw["dsi"], np.minimum(sw["si"], 1.0))
+    assert np.all(sw["speedup_vs_si"] >= 1 - INEQUALITY_SLACK)
+
+
+def test_one_server_is_a_real_negative_control():
+    """With a single target server there is no speculation parallelism: DSI can lose to SI."""
+    sw = dsi.sweep(C_GRID, A_GRID, 1, k_max=32)
+    assert (sw["dsi"] > sw["si"] + 1e-9).any()
+    assert np.all(sw["dsi"] <= 1.0 + INEQUALITY_SLACK)  # still never slower than non-SI (k c <= 1)
+
+
+def test_pathwise_never_slower_than_non_si():
+    for c, k, servers in [(0.1, 5, 2), (0.25, 4, 1), (0.05, 20, 3)]:
+        m = np.arange(1, 400)
+        tau = dsi.task_starts(np.ceil((m - 1) / k).astype(int), c, k, servers) + 1
+        assert np.all(tau <= m + INEQUALITY_SLACK)
+
+
+@pytest.mark.parametrize("bad", [dict(c=0.0, a=0.5), dict(c=1.5, a=0.5), dict(c=0.1, a=1.0), dict(c=0.1, a=-0.1)])
+def test_bad_inputs(bad):
+    with pytest.raises(InputError):
+        dsi.dsi_cost(k=1, servers=2, **bad)
+
+
+@pytest.mark.mc
+@pytest.mark.parametrize("c,a,k,servers", [(0.1, 0.8, 3, 7), (0.05, 0.9, 2, 2)])
+def test_exact_cost_matches_event_replay(c, a, k, servers):
+    """n = 20000 renewal cycles replayed event by event (server heap): z-test of
+    E[tau - R m] = 0 with R the exact time per token (delta method for the ratio estimator)."""
+    times, tokens = dsi.dsi_monte_carlo(c, a, k, servers, 20000, np.random.default_rng(1))
+    r = dsi.dsi_cost(c, a, k, servers)
+    assert_pvalue(z_pvalue(times - r * tokens, 0.0), f"DSI replay c={c} a={a} k={k} S={servers}")

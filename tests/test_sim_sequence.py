@@ -1,0 +1,160 @@
+"""Exact sequence-level losslessness of one (and repeated) speculative iterations on toy LMs.
+
+Tiers: exact (Fraction, ``==``) for every sampler on every toy pair; float64 for first-order RDK
+without rationalising; Monte Carlo (the real sampler) against the exact block law.
+"""
+from __future__ import annotations
+
+from fractions import Fraction
+
+import numpy as np
+import pytest
+
+from rdk_theory.case import default_tau
+from rdk_theory.first_order import FirstOrderCovarianceKernel
+from rdk_theory.kernels import DenseKernel, IdentityKernel, MarginalKernel, covariance_softmax_kernel
+from rdk_theory.proposals import SAMPLERS
+from simulators.block import expected_tokens, simulate_blocks, z_pvalue
+from simulators.sequence import (
+    block_law,
+    completed_law,
+    is_lossless,
+    make_proposal_fn,
+    max_law_difference,
+    rationalise_kernel,
+    stream_law,
+)
+from simulators.toy_lm import TOY_PAIRS, MarkovLM, random_markov_lm, toy_pair
+from tests.stats import assert_matches_law, assert_pvalue
+from tests.tolerances import FLOAT64_ATOL
+
+
+def _kwargs(pair, sampler):
+    cal = pair.calibration_probs()
+    tau = default_tau(cal)
+    if sampler == "rdk_exact":
+        return {"kernel": covariance_softmax_kernel(cal, tau)}
+    if sampler == "rdk_first_order":
+        return {"first_order": FirstOrderCovarianceKernel(cal, tau)}
+    return {}
+
+
+@pytest.mark.parametrize("name", TOY_PAIRS)
+@pytest.mark.parametrize("sampler", SAMPLERS)
+def test_every_sampler_is_lossless_at_sequence_level_exactly(name, sampler):
+    """Block completed by the target, and 4 tokens of repeated iterations, equal p exactly."""
+    pair = toy_pair(name, seed=1)
+    fn = make_proposal_fn(pair.drafter, pair.vocab_map, sampler, **_kwargs(pair, sampler))
+    assert fn.rationalised == (sampler in ("rdk_exact", "rdk_first_order"))
+    ok, diff = is_lossless(pair.target, fn, gamma=2, prefix=(0,), n_tokens=4)
+    assert ok and diff == 0
+    blk = block_law(pair.target, fn, 2, prefix=(0,))
+    assert sum(blk.law.values()) == 1
+    assert set(blk.length_law) <= {1, 2, 3}
+
+
+@pytest.mark.parametrize("name", TOY_PAIRS)
+def test_exact_rdk_with_exact_kernels_needs_no_rationalising(name):
+    pair = toy_pair(name, seed=2)
+    n = pair.vocab_map.n_target
+    rng = np.random.default_rng(0)
+    w = rng.integers(0, 4, size=(n, n)) + np.eye(n, dtype=int)
+    dense = np.array([[Fraction(int(x), int(row.sum())) for x in row] for row in w], dtype=object)
+    marg_w = np.array([Fraction(1, n)] * n, dtype=object)
+    for kernel in (IdentityKernel(), DenseKernel(dense), MarginalKernel(marg_w, Fraction(1, 3)),
+                   DenseKernel(rationalise_kernel(covariance_softmax_kernel(pair.calibration_probs(), 0.01).matrix))):
+        fn = make_proposal_fn(pair.drafter, pair.vocab_map, "rdk_exact", kernel=kernel)
+        assert not fn.rationalised
+        assert is_lossless(pair.target, fn, gamma=3, n_tokens=4) == (True, 0)
+
+
+def test_identity_kernel_rdk_equals_tli_block_law():
+    pair = toy_pair("hetero", seed=3)
+    tli = block_law(pair.target, make_proposal_fn(pair.drafter, pair.vocab_map, "tli"), 3)
+    rdk = block_law(pair.target, make_proposal_fn(pair.drafter, pair.vocab_map, "rdk_exact",
+                                                  kernel=IdentityKernel()), 3)
+    assert tli.law == rdk.law
+
+
+def test_first_order_float64_enumeration_is_lossless_within_round_off():
+    """Without rationalising: the float64 enumeration matches p up to float64 round-off."""
+    pair = toy_pair("pruned", seed=4)
+    fn = make_proposal_fn(pair.drafter, pair.vocab_map, "rdk_first_order", exact=False,
+                          **_kwargs(pair, "rdk_first_order"))
+    ok, diff = is_lossless(pair.target.float_copy(), fn, gamma=3, n_tokens=4)
+    assert diff <= FLOAT64_ATOL
+
+
+def test_iid_positions_give_statement_b_closed_form_exactly():
+    """Order-0 (context-free) models: E[L] = 1 + sum_k alpha^k with alpha = alpha(p, r)."""
+    rng = np.random.default_rng(5)
+    target = random_markov_lm(rng, 5, order=0)
+    drafter = random_markov_lm(rng, 5, order=0)
+    from rdk_theory.vocab import VocabMap
+
+    vm = VocabMap.identity(5)
+    fn = make_proposal_fn(drafter, vm, "vanilla")
+    p, r = target.next_probs(()), fn(())
+    alpha = sum(min(a, b) for a, b in zip(p, r))
+    for gamma in range(0, 5):
+        blk = block_law(target, fn, gamma)
+        assert blk.expected_tokens == expected_tokens([alpha] * gamma)
+        assert all(a == alpha for a in blk.position_acceptances())
+
+
+@pytest.mark.parametrize("name", TOY_PAIRS)
+def test_statement_b_telescopes_for_context_dependent_models(name):
+    pair = toy_pair(name, seed=6)
+    blk = block_law(pair.target, make_proposal_fn(pair.drafter, pair.vocab_map, "tli"), 3)
+    assert expected_tokens(blk.position_acceptances()) == blk.expected_tokens
+
+
+def test_checker_is_not_vacuous():
+    """Negative controls: another target's law, and one block's mass moved, are both refuted."""
+    pair = toy_pair("same", seed=7)
+    other = toy_pair("same", seed=8).target
+    fn = make_proposal_fn(pair.drafter, pair.vocab_map, "tli")
+    blk = block_law(pair.target, fn, 2)
+    assert max_law_difference(completed_law(pair.target, blk), other.sequence_law((), 3)) != 0
+    assert max_law_difference(stream_law(pair.target, fn, 2, 3), other.sequence_law((), 3)) != 0
+    keys = sorted(blk.law)
+    moved = dict(blk.law)
+    delta = min(moved[keys[0]], moved[keys[-1]]) / 2
+    moved[keys[0]] -= delta
+    moved[keys[-1]] += delta
+    blk.law = moved
+    assert max_law_difference(completed_law(pair.target, blk), pair.target.sequence_law((), 3)) != 0
+
+
+def test_context_longer_than_order_uses_last_tokens():
+    lm = MarkovLM(2, 1, {(-1,): np.array([Fraction(1), Fraction(0)], dtype=object),
+                         (0,): np.array([Fraction(1, 2), Fraction(1, 2)], dtype=object),
+                         (1,): np.array([Fraction(0), Fraction(1)], dtype=object)})
+    assert lm.sequence_law((), 3) == {(0, 0, 0): Fraction(1, 4), (0, 0, 1): Fraction(1, 4),
+                                      (0, 1, 1): Fraction(1, 2)}
+
+
+@pytest.mark.mc
+def test_monte_carlo_blocks_match_exact_law():
+    """n = 20000 iterations of the real sampler (pruned pair, first-order RDK, gamma = 3):
+    chi-square of the emitted blocks and of their lengths against the exact laws, and a z-test of
+    the mean tokens per call; each at the suite's per-test false-alarm rate (tests/stats.py)."""
+    pair = toy_pair("pruned", seed=9)
+    kw = _kwargs(pair, "rdk_first_order")
+    exact_fn = make_proposal_fn(pair.drafter, pair.vocab_map, "rdk_first_order", exact=False, **kw)
+    tgt = pair.target.float_copy()
+    law = block_law(tgt, exact_fn, 3).law
+    blocks = simulate_blocks(tgt, exact_fn, 3, 20000, np.random.default_rng(10))
+    keys = sorted(set(law) | set(blocks))
+    index = {k: i for i, k in enumerate(keys)}
+    counts = np.zeros(len(keys), dtype=np.int64)
+    for b in blocks:
+        counts[index[b]] += 1
+    probs = np.array([float(law.get(k, 0.0)) for k in keys])
+    assert_matches_law(counts, probs / probs.sum(), "emitted blocks vs exact block law")
+    lengths = np.array([len(b) for b in blocks])
+    length_probs = np.array([sum(v for k, v in law.items() if len(k) == L) for L in range(1, 5)])
+    assert_matches_law(np.bincount(lengths, minlength=5)[1:], length_probs / length_probs.sum(),
+                       "tokens per call vs exact law")
+    assert_pvalue(z_pvalue(lengths, float(sum(L * w for L, w in zip(range(1, 5), length_probs)))),
+                  "mean tokens per call")

@@ -1,0 +1,74 @@
+"""SpecTr K-SEQ runs: exact output law by enumeration, Monte Carlo, and the LP comparison."""
+from __future__ import annotations
+
+from fractions import Fraction
+
+import numpy as np
+import pytest
+
+from rdk_theory.multidraft import kseq_accept_law, kseq_acceptance, kseq_is_valid, one_minus_inv_e
+from simulators.spectr import compare_with_lp, kseq_law_by_enumeration, kseq_sample, rational_best_rho
+from tests.stats import assert_matches_law, assert_pvalue, binomial_pvalue
+from tests.tolerances import LP_ATOL, assert_leq
+
+
+def _pair(seed, n=4):
+    rng = np.random.default_rng(seed)
+
+    def law():
+        w = rng.integers(0, 6, size=n)
+        while (w > 0).sum() < 2:
+            w = rng.integers(0, 6, size=n)
+        return np.array([Fraction(int(x), int(w.sum())) for x in w], dtype=object)
+
+    return law(), law()
+
+
+@pytest.mark.parametrize("seed", range(4))
+@pytest.mark.parametrize("k", [1, 2, 3])
+def test_kseq_is_lossless_exactly_at_best_rho(seed, k):
+    p, q = _pair(seed)
+    rho = rational_best_rho(p, q, k)
+    law, accept = kseq_law_by_enumeration(p, q, rho, k)
+    assert list(law) == list(p)
+    assert list(accept) == list(kseq_accept_law(p, q, rho, k))
+    assert sum(accept) == kseq_acceptance(p, q, rho, k)
+
+
+def test_sub_stochastic_drafts_are_never_accepted_and_still_lossless():
+    p = np.array([Fraction(1, 2), Fraction(1, 3), Fraction(1, 6)], dtype=object)
+    q = np.array([Fraction(1, 4), Fraction(1, 4), Fraction(0)], dtype=object)  # half the mass off-vocabulary
+    rho = rational_best_rho(p, q, 2)
+    law, _ = kseq_law_by_enumeration(p, q, rho, 2)
+    assert list(law) == list(p)
+
+
+def test_invalid_rho_is_refuted():
+    """Negative control: rho below rho* breaks losslessness, and the enumeration sees it."""
+    p = np.array([Fraction(1, 2), Fraction(1, 4), Fraction(1, 8), Fraction(1, 8)], dtype=object)
+    q = np.array([Fraction(1, 8), Fraction(1, 8), Fraction(1, 4), Fraction(1, 2)], dtype=object)
+    rho = rational_best_rho(p, q, 3) * Fraction(9, 10)
+    assert not kseq_is_valid(p, q, rho, 3)
+    law, _ = kseq_law_by_enumeration(p, q, rho, 3)
+    assert list(law) != list(p)
+
+
+@pytest.mark.parametrize("seed", range(6))
+def test_kseq_between_one_minus_inv_e_and_one_of_the_lp_optimum(seed):
+    p, q = _pair(seed + 10, n=5)
+    for row in compare_with_lp(p.astype(float), q.astype(float), ks=(1, 2, 3)):
+        assert_leq(row["kseq"], row["lp_optimum"], slack=LP_ATOL)
+        assert_leq(one_minus_inv_e() * row["lp_optimum"], row["kseq"], slack=LP_ATOL)
+
+
+@pytest.mark.mc
+def test_kseq_sampler_matches_exact_law_and_acceptance():
+    """n = 100000 K-SEQ steps, k = 3: chi-square of emitted tokens against p and an exact binomial
+    test of the acceptance count against 1 - (1 - beta)^k, each at the per-test false-alarm rate."""
+    p, q = _pair(3)
+    pf, qf = p.astype(float), q.astype(float)
+    rho = float(rational_best_rho(p, q, 3))
+    toks, ok = kseq_sample(pf, qf, rho, 3, 100_000, np.random.default_rng(4))
+    assert_matches_law(np.bincount(toks, minlength=4), pf, "K-SEQ output vs p")
+    assert_pvalue(binomial_pvalue(int(ok.sum()), ok.size, float(kseq_acceptance(pf, qf, rho, 3))),
+                  "K-SEQ acceptance")
