@@ -17,6 +17,7 @@ import math
 
 import numpy as np
 
+from rdk_theory.bounds import expected_tokens_per_call
 from rdk_theory.sampling import sample_steps
 from rdk_theory.validation import InputError
 
@@ -41,12 +42,18 @@ def _check_cost(c):
 
 
 def expected_tokens(alphas):
-    """``1 + sum_k prod_{t<=k} alpha_t`` for per-position acceptances (exact on Fractions)."""
-    total, run = 1, 1
-    for a in alphas:
-        run = run * a
-        total = total + run
-    return total
+    """``1 + sum_k prod_{t<=k} alpha_t`` for per-position acceptances (exact on Fractions).
+
+    Delegates to the core's :func:`rdk_theory.bounds.expected_tokens_per_call` (statement B);
+    an empty list (``gamma = 0``: the target alone) gives 1.
+    """
+    alphas = list(alphas)
+    if not alphas:
+        return 1
+    exact = any(not isinstance(a, (float, np.floating)) for a in alphas)
+    arr = np.array(alphas, dtype=object) if exact else np.array(alphas, dtype=np.float64)
+    out = expected_tokens_per_call(arr)
+    return out.item() if hasattr(out, "item") and not exact else out
 
 
 def expected_tokens_iid(alpha, gamma: int):
