@@ -13,7 +13,7 @@ a factor ``C`` (r, N_T) with ``Omega ~= C^T C`` (exact when r equals the calibra
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from importlib import resources
+from pathlib import Path
 
 import numpy as np
 
@@ -23,13 +23,14 @@ TEXT_FILES = {
     "calib_prose": "calib_prose.txt",
     "calib_code": "calib_code.py.txt",
 }
+DATA_DIR = Path(__file__).resolve().parent / "data"
 EVAL_TEXTS = ("eval_prose", "eval_code")
 CALIB_TEXTS = ("calib_prose", "calib_code")
 
 
 def read_text(name: str) -> str:
     """One of the texts shipped in ``gpu_validation/data`` (written for this project)."""
-    return resources.files("gpu_validation").joinpath("data", TEXT_FILES[name]).read_text()
+    return (DATA_DIR / TEXT_FILES[name]).read_text(encoding="utf-8")
 
 
 def tokenize(tokenizer, text: str, max_tokens: int | None = None) -> list[int]:

@@ -221,6 +221,9 @@ def load(spec: str, *, device: str = "cpu", dtype: str = "bfloat16", fetch_missi
     import torch
 
     torch_dtype = getattr(torch, dtype)
+    if spec.startswith("truncated:"):
+        return _load_truncated(spec, device=device, dtype=dtype, fetch_missing=fetch_missing,
+                               log=log)
     builtin = get_builtin(spec)
     if builtin is not None:
         lm = _load_builtin(builtin, torch_dtype, fetch_missing, log)
@@ -229,6 +232,30 @@ def load(spec: str, *, device: str = "cpu", dtype: str = "bfloat16", fetch_missi
     lm.model.to(device)
     lm.model.eval()
     lm.info.update(device=device, dtype=dtype, vocab_size=int(lm.model.config.vocab_size))
+    return lm
+
+
+def _load_truncated(spec: str, **kw) -> LoadedModel:
+    """``truncated:L:BASE``: BASE with only its first L decoder layers (same tokenizer and head).
+
+    A cheap drafter that shares the target's vocabulary, for machines that can carry only one
+    small model (the GPU recipe in gpu_validation/README.md).
+    """
+    try:
+        _, n_layers, base = spec.split(":", 2)
+        n_layers = int(n_layers)
+    except ValueError:
+        raise ModelError(f"expected 'truncated:LAYERS:MODEL', got {spec!r}") from None
+    lm = load(base, **kw)
+    layers = lm.model.model.layers
+    if not 1 <= n_layers <= len(layers):
+        raise ModelError(f"{base} has {len(layers)} layers; cannot keep {n_layers}")
+    lm.model.model.layers = layers[:n_layers]
+    lm.model.config.num_hidden_layers = n_layers
+    if getattr(lm.model.config, "layer_types", None):
+        lm.model.config.layer_types = lm.model.config.layer_types[:n_layers]
+    lm.spec = spec
+    lm.info.update(truncated_to_layers=n_layers, base=base)
     return lm
 
 

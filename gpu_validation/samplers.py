@@ -34,23 +34,25 @@ TAU_GRID = (1.0, 0.1, 0.03, 0.01, 0.003, 0.001, 0.0003)  # multiples of max_i Om
 class KeptRowsTopK:
     """Top-``k`` covariance affinities of the rows in ``rows``; softmax at any ``tau`` later."""
 
-    def __init__(self, factor, rows, k: int, block: int = 512):
-        c = np.asarray(factor, dtype=np.float32)  # (r, N); Omega = c.T @ c
+    def __init__(self, factor, rows, k: int, block: int = 1024):
+        import torch
+
+        c = torch.as_tensor(np.asarray(factor, dtype=np.float32))  # (r, N); Omega = c.T @ c
         n = c.shape[1]
         rows = np.asarray(rows, dtype=np.int64)
         self.n, self.rows, self.k = n, rows, k
         self.cols = np.empty((rows.size, k), dtype=np.int64)
         self.vals = np.empty((rows.size, k), dtype=np.float64)
         for s in range(0, rows.size, block):
-            rr = rows[s:s + block]
+            rr = torch.as_tensor(rows[s:s + block])
             blk = c[:, rr].T @ c  # (b, N) rows of Omega
-            ar = np.arange(rr.size)
-            diag = blk[ar, rr].copy()
-            blk[ar, rr] = np.inf
-            top = np.argpartition(-blk, k - 1, axis=1)[:, :k]
+            ar = torch.arange(rr.numel())
+            diag = blk[ar, rr].clone()
+            blk[ar, rr] = float("inf")  # the diagonal is always kept
+            top = torch.topk(blk, k, dim=1).indices
             blk[ar, rr] = diag
-            self.cols[s:s + block] = top
-            self.vals[s:s + block] = np.take_along_axis(blk, top, axis=1)
+            self.cols[s:s + block] = top.numpy()
+            self.vals[s:s + block] = torch.gather(blk, 1, top).double().numpy()
 
     def kernel(self, tau: float) -> SparseKernel:
         """The row-stochastic sparse kernel at temperature ``tau`` (identity off the kept rows)."""
@@ -61,7 +63,8 @@ class KeptRowsTopK:
         r = np.concatenate([np.repeat(self.rows, self.k), other])
         c = np.concatenate([self.cols.ravel(), other])
         d = np.concatenate([w.ravel(), np.ones(other.size)])
-        return SparseKernel(sp.csr_matrix((d, (r, c)), shape=(self.n, self.n)), check=True)
+        # row-stochastic by construction (softmax rows, identity rows); checked in the tests
+        return SparseKernel(sp.csr_matrix((d, (r, c)), shape=(self.n, self.n)), check=False)
 
 
 def proposals(q_kept, vocab_map, kernels: dict) -> dict:

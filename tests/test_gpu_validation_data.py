@@ -1,0 +1,152 @@
+"""gpu_validation pieces that need no model: top-k compression, pruning, calibration factor,
+the sparse exact kernel, and the agreement statistics (with negative controls)."""
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from scipy import stats as sstats
+
+from gpu_validation import agreement, collect, pruning, samplers, topk
+from rdk_theory.acceptance import acceptance_rate
+from rdk_theory.kernels import calibration_covariance
+from tests import stats
+from tests.tolerances import FLOAT32_ATOL, FLOAT64_ATOL
+
+
+def _laws(rng, c, n, sharp=2.0):
+    x = rng.standard_normal((c, n)) * sharp
+    e = np.exp(x - x.max(1, keepdims=True))
+    return (e / e.sum(1, keepdims=True)).astype(np.float32)
+
+
+def test_topk_keeps_the_exact_tail_mass():
+    rng = np.random.default_rng(0)
+    p = _laws(rng, 5, 300)
+    ids, vals, tail = topk.compress(p, 20)
+    # stored values are the row's 20 largest, in descending order, and mass is conserved
+    assert np.array_equal(vals, -np.sort(-p, axis=1)[:, :20])
+    np.testing.assert_allclose(vals.astype(np.float64).sum(1) + tail,
+                               p.astype(np.float64).sum(1), rtol=0, atol=FLOAT64_ATOL)
+    dense = topk.decompress(ids, vals, tail, 300)
+    np.testing.assert_allclose(dense.sum(1), p.astype(np.float64).sum(1), atol=FLOAT64_ATOL)
+    np.testing.assert_array_equal(np.take_along_axis(dense, ids.astype(int), 1), vals)
+
+
+def test_topk_alpha_error_is_within_the_bound():
+    rng = np.random.default_rng(1)
+    p, q = _laws(rng, 8, 500, 3.0), _laws(rng, 8, 500, 3.0)
+    for k in (1, 10, 100, 500):
+        pi, pv, pt = topk.compress(p, k)
+        qi, qv, qt = topk.compress(q, k)
+        exact = acceptance_rate(p.astype(np.float64), q.astype(np.float64), check=False)
+        approx = acceptance_rate(topk.decompress(pi, pv, pt, 500),
+                                 topk.decompress(qi, qv, qt, 500), check=False)
+        assert np.all(np.abs(exact - approx) <= topk.alpha_error_bound(pt, qt) + FLOAT32_ATOL)
+
+
+def test_topk_file_round_trip(tmp_path):
+    rng = np.random.default_rng(2)
+    p = _laws(rng, 4, 64)
+    topk.save(tmp_path / "a.npz", {"p": p, "next_ids": np.arange(4)}, topk=64)
+    back = topk.load(tmp_path / "a.npz")
+    np.testing.assert_allclose(back["p"], p, atol=0)  # k = N: lossless
+    assert back["next_ids"].tolist() == [0, 1, 2, 3]
+
+
+def test_pruning_restricts_and_renormalises():
+    counts = pruning.token_counts([[3, 3, 1], [3, 0]], 6)
+    assert counts.tolist() == [1, 1, 0, 3, 0, 0]
+    vm = pruning.pruned_vocab_map(counts, 3)
+    assert vm.intersection.tolist() == [0, 1, 3]  # ties broken by the lower id
+    q = np.array([[0.1, 0.2, 0.3, 0.2, 0.1, 0.1]])
+    qk = pruning.restrict_drafter(q, vm)
+    np.testing.assert_allclose(qk, [[0.2, 0.4, 0.4]], atol=FLOAT64_ATOL)
+    np.testing.assert_allclose(pruning.kept_mass(q, vm), [0.5], atol=FLOAT64_ATOL)
+    assert pruning.kept_sizes_from_fractions([1.0, 0.5, 1e-9], 10) == [10, 5, 1]
+    with pytest.raises(ValueError):
+        pruning.token_counts([7], 6)
+
+
+def test_pruned_vanilla_equals_tli_and_respects_the_oov_cap():
+    rng = np.random.default_rng(3)
+    p, q = _laws(rng, 6, 200).astype(np.float64), _laws(rng, 6, 200)
+    vm = pruning.pruned_vocab_map(rng.integers(0, 5, 200), 50)
+    props = samplers.proposals(pruning.restrict_drafter(q, vm), vm, {})
+    np.testing.assert_allclose(props["vanilla"], props["tli"], atol=FLOAT64_ATOL)
+    assert np.all(acceptance_rate(p, props["tli"], check=False)
+                  <= pruning.kept_mass(p, vm) + FLOAT64_ATOL)
+
+
+def test_calibration_factor_reproduces_the_covariance():
+    rng = np.random.default_rng(4)
+    cal = _laws(rng, 12, 40).astype(np.float64)
+    cal /= cal.sum(1, keepdims=True)
+    mu, c = collect.calibration_stats(cal)
+    np.testing.assert_allclose(c.T @ c, calibration_covariance(cal), atol=FLOAT64_ATOL)
+    np.testing.assert_allclose(mu, cal.mean(0), atol=FLOAT64_ATOL)
+    _, c3 = collect.calibration_stats(cal, rank=3)
+    # the rank-3 factor is the best rank-3 approximation: its error is the 4th eigenvalue
+    ev = np.sort(np.linalg.eigvalsh(calibration_covariance(cal)))[::-1]
+    assert np.linalg.norm(c.T @ c - c3.T @ c3, 2) == pytest.approx(ev[3], rel=1e-8)
+
+
+def test_sparse_kept_rows_kernel_is_exact_for_its_definition():
+    rng = np.random.default_rng(5)
+    cal = _laws(rng, 30, 60).astype(np.float64)
+    cal /= cal.sum(1, keepdims=True)
+    _, c = collect.calibration_stats(cal)
+    rows = np.array([0, 5, 7, 40])
+    kr = samplers.KeptRowsTopK(c, rows, k=4)
+    tau = 0.01
+    m = kr.kernel(tau).matrix.toarray()
+    np.testing.assert_allclose(m.sum(1), 1.0, atol=FLOAT64_ATOL)
+    omega = c.T @ c
+    for i in range(60):
+        if i not in rows:
+            assert m[i, i] == 1.0
+            continue
+        top = set(np.argsort(-np.where(np.arange(60) == i, np.inf, omega[i]))[:4])
+        assert set(np.flatnonzero(m[i])) == top and m[i, i] > 0
+        w = np.exp(omega[i, sorted(top)] / tau)
+        np.testing.assert_allclose(m[i, sorted(top)], w / w.sum(), rtol=1e-5)  # float32 build
+
+
+def test_binomial_agreement_accepts_correct_predictions_and_refutes_wrong_ones():
+    rng = np.random.default_rng(6)
+    a = np.concatenate([rng.uniform(0, 1, 300), [0.0, 1.0]])
+    k = rng.binomial(1000, a)
+    ok = agreement.binomial_agreement(a, k, 1000)
+    stats.assert_pvalue(ok["p_aggregate"], "aggregate check on exact binomials")
+    stats.assert_pvalue(ok["p_dispersion"], "dispersion check on exact binomials")
+    assert ok["degenerate_ok"] and ok["pass"]
+    # negative controls: a 1% bias, swapped positions, a token accepted where alpha = 0
+    assert not agreement.binomial_agreement(np.clip(a + 0.01, 0, 1), k, 1000)["pass"]
+    assert not agreement.binomial_agreement(a[::-1], k, 1000)["pass"]
+    k_bad = k.copy()
+    k_bad[-2] = 1
+    assert not agreement.binomial_agreement(a, k_bad, 1000)["degenerate_ok"]
+
+
+def test_poisson_binomial_p_value_matches_the_binomial_case():
+    for n, a, x in ((50, 0.3, 15), (40, 0.95, 33), (30, 0.5, 29)):
+        assert agreement.poisson_binomial_p_value([a] * n, x) == pytest.approx(
+            sstats.binomtest(x, n, a).pvalue, rel=1e-6)
+
+
+def test_martingale_agreement_negative_control():
+    rng = np.random.default_rng(7)
+    a = rng.uniform(0.5, 1.0, 400)
+    x = rng.random(400) < a
+    stats.assert_pvalue(agreement.martingale_agreement(a, x)["p_value"], "martingale check")
+    assert not agreement.martingale_agreement(a, rng.random(400) < a - 0.15)["pass"]
+
+
+def test_critical_z_is_bonferroni():
+    assert agreement.critical_z(1) == pytest.approx(sstats.norm.isf(agreement.FALSE_ALARM / 2))
+    assert agreement.critical_z(10) > agreement.critical_z(1)
+
+
+def test_shipped_texts_exist_and_are_small():
+    for name in collect.TEXT_FILES:
+        text = collect.read_text(name)
+        assert 1000 < len(text) < 5000

@@ -1,0 +1,123 @@
+"""gpu_validation model registry, fetch and cache logic (no model is downloaded or loaded here)."""
+from __future__ import annotations
+
+import hashlib
+import re
+
+import pytest
+
+from gpu_validation import models
+from gpu_validation.registry import DEFAULT_DRAFTER, DEFAULT_TARGET, REGISTRY
+
+
+def test_registry_pins_every_model_of_the_spec():
+    assert set(REGISTRY) == {"qwen2.5-coder-1.5b", "qwen2.5-coder-0.5b", "smollm2-135m",
+                             "gemma-3-270m"}
+    counts = {m.name: len(m.chunks) for m in REGISTRY.values()}
+    assert counts == {"qwen2.5-coder-1.5b": 22, "qwen2.5-coder-0.5b": 6, "smollm2-135m": 1,
+                      "gemma-3-270m": 4}
+    for m in REGISTRY.values():
+        assert re.fullmatch(r"[0-9a-f]{64}", m.sha256)
+        for c in m.chunks:
+            assert re.fullmatch(r"[0-9]+(\.[0-9]+)+", c.version)  # an exact pin, not a range
+            assert c.requirement == f"{c.package}=={c.version}"
+    assert REGISTRY[DEFAULT_TARGET].vocab_size == REGISTRY[DEFAULT_DRAFTER].vocab_size == 151_936
+    # chunk order is the concatenation order
+    assert REGISTRY["qwen2.5-coder-1.5b"].chunks[21].relpath == "data/part22.bin"
+    assert REGISTRY["gemma-3-270m"].chunks[0].relpath.endswith(".part00")
+
+
+def _parts(tmp_path, blobs):
+    paths = []
+    for i, b in enumerate(blobs):
+        p = tmp_path / f"part{i}"
+        p.write_bytes(b)
+        paths.append(p)
+    return paths
+
+
+def test_assemble_concatenates_in_order_and_checks_the_hash(tmp_path):
+    blobs = [b"abc" * 1000, b"", b"xyz"]
+    good = hashlib.sha256(b"".join(blobs)).hexdigest()
+    dest = models.assemble(_parts(tmp_path, blobs), tmp_path / "out" / "m.gguf", good)
+    assert dest.read_bytes() == b"".join(blobs)
+
+
+def test_wrong_hash_is_an_error_and_leaves_no_file(tmp_path):
+    parts = _parts(tmp_path, [b"hello", b"world"])
+    dest = tmp_path / "m.gguf"
+    with pytest.raises(models.HashMismatchError, match="nothing loaded"):
+        models.assemble(parts, dest, "0" * 64)
+    assert not dest.exists()
+    assert not list(tmp_path.glob("*.partial"))
+
+
+def test_verify_removes_a_corrupted_cached_file(tmp_path):
+    f = tmp_path / "m.gguf"
+    f.write_bytes(b"tampered")
+    with pytest.raises(models.HashMismatchError):
+        models.verify(f, hashlib.sha256(b"original").hexdigest())
+    assert not f.exists()
+
+
+def test_cache_dir_honours_the_environment(tmp_path, monkeypatch):
+    monkeypatch.setenv("RDK_THEORY_CACHE", str(tmp_path / "c"))
+    assert models.cache_dir() == tmp_path / "c"
+    monkeypatch.delenv("RDK_THEORY_CACHE")
+    assert models.cache_dir().parts[-2:] == ("rdk-theory", "models")
+
+
+def test_corrupted_cache_is_refused_at_load_time(tmp_path, monkeypatch):
+    """A GGUF in the cache with the wrong bytes is removed and never handed to transformers."""
+    monkeypatch.setenv("RDK_THEORY_CACHE", str(tmp_path))
+    m = REGISTRY["smollm2-135m"]
+    (tmp_path / m.gguf_name).write_bytes(b"not the model")
+    pytest.importorskip("torch")
+    with pytest.raises(models.HashMismatchError):
+        models.load(m.name)
+    assert not (tmp_path / m.gguf_name).exists()
+
+
+def test_unfetched_builtin_is_an_error_not_a_fallback(tmp_path, monkeypatch):
+    monkeypatch.setenv("RDK_THEORY_CACHE", str(tmp_path))
+    pytest.importorskip("torch")
+    with pytest.raises(models.ModelError, match="not fetched"):
+        models.load("qwen2.5-coder-0.5b")
+
+
+def test_unknown_builtin_name_is_rejected():
+    with pytest.raises(models.ModelError, match="unknown built-in"):
+        models.fetch("no-such-model")
+
+
+def test_missing_chunk_package_names_the_fetch_command(monkeypatch):
+    from importlib import metadata
+
+    def missing(name):
+        raise metadata.PackageNotFoundError(name)
+
+    monkeypatch.setattr(metadata, "distribution", missing)
+    with pytest.raises(models.ModelError, match="models fetch smollm2-135m"):
+        models.chunk_paths(REGISTRY["smollm2-135m"])
+
+
+def test_report_source_is_none_when_models_are_not_fetched(tmp_path, monkeypatch):
+    from types import SimpleNamespace
+
+    from gpu_validation.report_source import real_pair_report
+
+    monkeypatch.setenv("RDK_THEORY_CACHE", str(tmp_path))
+    assert real_pair_report(SimpleNamespace(quick=True, seed=0, out=str(tmp_path))) is None
+
+
+def test_cli_models_list_and_bad_input(tmp_path, monkeypatch, capsys):
+    from rdk_theory.cli import main
+
+    monkeypatch.setenv("RDK_THEORY_CACHE", str(tmp_path))
+    assert main(["models", "list"]) == 0
+    out = capsys.readouterr().out
+    assert all(name in out for name in REGISTRY)
+    assert main(["models", "fetch", "gpt-17"]) == 2
+    assert "error: unknown model" in capsys.readouterr().err
+    assert main(["validate", "--kept", "4096,abc"]) == 2
+    assert "--kept" in capsys.readouterr().err
