@@ -55,11 +55,21 @@ def beta(target_probs, draft_probs, rho):
     return np.minimum(q, p / rho).sum()
 
 
+#: Slack on the float64 validity condition: at ``k = 1`` (or ``p == q``) the condition holds
+#: with equality, and round-off in ``beta`` must not flip it. Exact inputs use no slack.
+VALIDITY_ATOL = 1e-12
+
+
 def kseq_is_valid(target_probs, draft_probs, rho, k: int) -> bool:
-    """The validity condition ``1 - (1 - beta(rho))^k <= rho beta(rho)`` (sufficient for losslessness)."""
+    """The validity condition ``1 - (1 - beta(rho))^k <= rho beta(rho)`` (sufficient for losslessness).
+
+    Exact (``==``-level) on ``Fraction`` inputs; on float64 inputs the comparison allows
+    ``VALIDITY_ATOL`` of round-off.
+    """
     _check_k_rho(k, rho)
     b = beta(target_probs, draft_probs, rho)
-    return bool(1 - (1 - b) ** int(k) <= rho * b)
+    slack = 0 if isinstance(b, Fraction) else VALIDITY_ATOL
+    return bool(1 - (1 - b) ** int(k) <= rho * b + slack)
 
 
 def kseq_acceptance(target_probs, draft_probs, rho, k: int):
@@ -189,7 +199,6 @@ def one_minus_inv_e() -> float:
 
 
 __all__ = [
-    "beta", "kseq_accept_law", "kseq_acceptance", "kseq_best_rho", "kseq_is_valid",
+    "VALIDITY_ATOL", "beta", "kseq_accept_law", "kseq_acceptance", "kseq_best_rho", "kseq_is_valid",
     "kseq_output_law", "one_minus_inv_e", "optimal_acceptance_cut", "optimal_acceptance_lp",
 ]
-_ = Fraction  # exact inputs are Fractions; imported for the docstring's type
