@@ -98,6 +98,8 @@ def test_K_condition_is_not_necessary_without_side_condition():
 @example(pq=EQUAL, k=3)
 @example(pq=DISJOINT, k=2)
 @example(pq=(W([1]), W([1])), k=2)
+@example(pq=(W([0, 1]), W([6, 5])), k=1)
+@example(pq=(W([3, 4, 2]), W([3, 4, 2])), k=3)
 def test_K_best_rho_and_one_minus_inv_e_ratio(pq, k):
     p, q = pq[0].f64, pq[1].f64
     rho = kseq_best_rho(p, q, k)
@@ -127,3 +129,10 @@ def test_K_rejects_bad_parameters():
         kseq_acceptance(W([1]).f64, W([1]).f64, 0.5, 2)
     with pytest.raises(InputError):
         kseq_acceptance(W([1]).f64, W([1]).f64, 1.0, 0)
+
+
+def test_K_float_roundoff_does_not_flip_validity():
+    """Found by the thorough profile: at k = 1 (or p == q) the condition holds with equality and
+    float64 round-off in beta used to make rho = 1 'invalid'."""
+    assert kseq_is_valid(W([0, 1]).f64, W([6, 5]).f64, 1.0, 1)
+    assert kseq_best_rho(W([3, 4, 2]).f64, W([3, 4, 2]).f64, 3) == 1.0
