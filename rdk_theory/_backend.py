@@ -82,15 +82,13 @@ def scatter_last(values, index, size, *, plan=None):
 def safe_divide(num, den):
     """``num / den`` where ``den > 0``, else 0 (``den`` broadcasts; exact for Fractions).
 
-    For floats, ``den`` is usually a per-row total (shape (..., 1)): its reciprocal is formed
-    once and ``num`` is touched by a single multiplication.
+    Divides directly (never through ``1 / den``, which overflows for a subnormal ``den``).
     """
     if is_torch(num):
         import torch
 
-        inv = torch.where(den > 0, 1.0 / torch.where(den > 0, den, torch.ones_like(den)),
-                          torch.zeros_like(den))
-        return num * inv
+        pos = den > 0
+        return torch.where(pos, num / torch.where(pos, den, torch.ones_like(den)), torch.zeros_like(num))
     if is_exact(num):
         den_b = np.broadcast_to(den, num.shape)
         out = np.empty(num.shape, dtype=object)
@@ -99,8 +97,10 @@ def safe_divide(num, den):
             out[idx] = num[idx] / d if d > 0 else 0
         return out
     den = np.asarray(den)
-    inv = np.divide(1.0, den, out=np.zeros(den.shape), where=den > 0)
-    return num * inv
+    pos = den > 0
+    if np.all(pos):
+        return num / den
+    return np.where(pos, num / np.where(pos, den, 1.0), 0.0)
 
 
 def softmax(x):

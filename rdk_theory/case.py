@@ -66,6 +66,8 @@ def case_from_arrays(*, target_probs=None, draft_probs=None, draft_to_target=Non
     if p.ndim != 2 or q.ndim != 2:
         raise InputError(f"target_probs and draft_probs must be 2-D (contexts, vocab), got "
                          f"{p.shape} and {q.shape}")
+    if p.shape[0] == 0:
+        raise InputError(f"{source}: the case has no contexts (target_probs has 0 rows)")
     if p.shape[0] != q.shape[0]:
         raise InputError(f"context-count mismatch: target_probs has {p.shape[0]} rows, "
                          f"draft_probs has {q.shape[0]}")
@@ -80,7 +82,10 @@ def case_from_arrays(*, target_probs=None, draft_probs=None, draft_to_target=Non
             raise InputError(f"calibration_probs must be (S, {p.shape[1]}), got {cal.shape}")
     ker = None
     if kernel is not None:
-        ker = np.asarray(kernel, dtype=np.float64)
+        try:
+            ker = np.asarray(kernel, dtype=np.float64)
+        except (TypeError, ValueError) as exc:
+            raise InputError(f"kernel is not a numeric array: {exc}") from None
         if ker.shape != (p.shape[1], p.shape[1]):
             raise InputError(f"kernel must be ({p.shape[1]}, {p.shape[1]}), got {ker.shape}")
     return Case(p, q, vm, cal, ker)
@@ -93,13 +98,19 @@ def default_tau(calibration_probs) -> float:
     return float(var) if var > 0 else 1.0
 
 
+class DenseKernelTooLarge(InputError):
+    """The exact dense kernel would exceed :data:`DENSE_KERNEL_MAX_BYTES`."""
+
+
 def kernels_for(case: Case, kind: str = "identity", *, tau: float | None = None,
-                lam: float | None = None, need_first_order: bool = False):
+                lam: float | None = None, need_exact: bool = True,
+                need_first_order: bool = False):
     """``(kernel, first_order)`` for exact and first-order RDK under the chosen kernel kind.
 
-    ``first_order`` is built for ``kind == 'covariance'`` (or when ``need_first_order``), else
-    None. ``tau=None`` uses :func:`default_tau`; ``lam=None`` lets the marginal kernel use the
-    calibration mass outside ``I``.
+    ``kernel`` is None unless ``need_exact``; ``first_order`` is built for
+    ``kind == 'covariance'`` or when ``need_first_order``, else None. ``tau=None`` uses
+    :func:`default_tau`; ``lam=None`` lets the marginal kernel use the calibration mass outside
+    ``I``. Raises :class:`DenseKernelTooLarge` when the exact covariance kernel would not fit.
     """
     if kind not in KERNEL_CHOICES:
         raise InputError(f"unknown kernel '{kind}'; choose from {', '.join(KERNEL_CHOICES)}")
@@ -113,17 +124,20 @@ def kernels_for(case: Case, kind: str = "identity", *, tau: float | None = None,
         raise InputError(f"--lam must be in [0, 1], got {lam}")
     if needs_cal and tau is None:
         tau = default_tau(case.calibration_probs)
-    if kind == "identity":
+    kernel = None
+    if not need_exact:
+        pass
+    elif kind == "identity":
         kernel = IdentityKernel()
     elif kind == "marginal":
         kernel = MarginalKernel.from_calibration(case.calibration_probs, case.vocab_map, lam)
     elif kind == "covariance":
         n = case.vocab_map.n_target
         if 8 * n * n > DENSE_KERNEL_MAX_BYTES:
-            raise InputError(
+            raise DenseKernelTooLarge(
                 f"the exact covariance kernel at N_T = {n} needs {8 * n * n / 2**30:.1f} GiB; "
                 f"the limit is {DENSE_KERNEL_MAX_BYTES / 2**30:.0f} GiB (use the first-order "
-                "sampler or a sparse kernel from Python)"
+                "sampler, or a sparse kernel from Python)"
             )
         kernel = covariance_softmax_kernel(case.calibration_probs, tau)
     else:

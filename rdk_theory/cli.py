@@ -19,8 +19,15 @@ from .validation import InputError
 EXIT_BAD_INPUT = 2
 
 
+class _Parser(argparse.ArgumentParser):
+    """Usage errors in the same one-line form as bad input: ``error: ...``, exit status 2."""
+
+    def error(self, message):
+        self.exit(EXIT_BAD_INPUT, f"error: {self.prog}: {message} (see '{self.prog} --help')\n")
+
+
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(
+    parser = _Parser(
         prog="rdk-theory",
         description=(
             "Acceptance calculators, lossless samplers, proofs-as-code and validation for "

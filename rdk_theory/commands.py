@@ -8,7 +8,7 @@ import sys
 import numpy as np
 
 from .acceptance import acceptance_rate, oov_cap
-from .case import KERNEL_CHOICES, kernels_for, load_case
+from .case import KERNEL_CHOICES, DenseKernelTooLarge, kernels_for, load_case
 from .proposals import SAMPLERS, build_proposals
 from .sampling import emitted_counts, sample_steps
 from .validation import InputError
@@ -33,7 +33,11 @@ def _add_kernel_options(p):
 
 def cmd_acceptance(args) -> int:
     case = load_case(args.case)
-    kernel, first = kernels_for(case, args.kernel, tau=args.tau, lam=args.lam)
+    try:
+        kernel, first = kernels_for(case, args.kernel, tau=args.tau, lam=args.lam)
+    except DenseKernelTooLarge as exc:  # first-order RDK is O(N): still report it
+        print(f"warning: rdk_exact omitted: {exc}", file=sys.stderr)
+        kernel, first = kernels_for(case, args.kernel, tau=args.tau, lam=args.lam, need_exact=False)
     props = build_proposals(case.draft_probs, case.vocab_map, kernel=kernel, first_order=first,
                             check=False)
     result = {}
@@ -64,11 +68,13 @@ def cmd_sample(args) -> int:
                          f"{case.n_contexts} contexts (0..{case.n_contexts - 1})")
     if args.n < 1:
         raise InputError(f"--n must be >= 1, got {args.n}")
+    if args.seed < 0:
+        raise InputError(f"--seed must be >= 0, got {args.seed}")
     need_fo = args.sampler == "rdk_first_order"
     kernel, first = kernels_for(case, args.kernel, tau=args.tau, lam=args.lam,
-                                need_first_order=need_fo)
+                                need_exact=args.sampler == "rdk_exact", need_first_order=need_fo)
     q = case.draft_probs[args.context: args.context + 1]
-    props = build_proposals(q, case.vocab_map, kernel=kernel if args.sampler == "rdk_exact" else None,
+    props = build_proposals(q, case.vocab_map, kernel=kernel,
                             first_order=first if need_fo else None, check=False)
     r = props[args.sampler][0]
     p = case.target_probs[args.context]

@@ -39,9 +39,12 @@ class FirstOrderCovarianceKernel:
         cal = as_prob_array(calibration_probs, "calibration_probs")
         if cal.ndim != 2:
             raise InputError(f"calibration_probs must be (S, N_T), got shape {cal.shape}")
-        if not tau > 0:
-            raise InputError(f"tau must be > 0, got {tau}")
+        if not (tau > 0 and np.isfinite(tau)):
+            raise InputError(f"tau must be finite and > 0, got {tau}")
         s, n = cal.shape
+        # Rows renormalised exactly: then every row of C sums to 0, which is what makes the
+        # first-order vector sum to sum q' without a renormalising pass (validation allows 1e-4).
+        cal = cal / cal.sum(axis=1, keepdims=True)
         c = (cal - cal.mean(axis=0)) / np.sqrt(s)  # (S, N): Omega = c.T @ c
         if rank is not None:
             if not 1 <= rank <= min(s, n):
@@ -72,6 +75,14 @@ class FirstOrderCovarianceKernel:
         """Build from a precomputed factor ``C`` (S or r, N) with ``Omega = C^T C``."""
         if not tau > 0:
             raise InputError(f"tau must be > 0, got {tau}")
+        c = np.asarray(factor, dtype=np.float64)
+        if c.ndim != 2 or not np.all(np.isfinite(c)):
+            raise InputError(f"factor must be a finite 2-D (r, N) array, got shape {c.shape}")
+        drift = np.abs(c.sum(axis=1)) > 1e-9 * (np.abs(c).sum(axis=1) + 1e-300)
+        if np.any(drift):
+            raise InputError(
+                f"factor row {int(np.argmax(drift))} does not sum to 0: a first-order factor must "
+                "come from centred calibration rows (then Omega's rows sum to 0)")
         obj = cls.__new__(cls)
         obj._setup(factor, tau)
         return obj

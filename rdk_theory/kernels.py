@@ -131,7 +131,7 @@ class MarginalKernel:
             raise InputError(f"w must be 1-D, got shape {w.shape}")
         if not (0 <= lam <= 1):
             raise InputError(f"lam must be in [0, 1], got {lam}")
-        self.w = w
+        self.w = np.array(w, copy=True)  # a private copy: later edits by the caller cannot leak in
         self.lam = lam
         self.n = int(w.shape[0])
         self._torch = _DeviceCache()
@@ -191,9 +191,13 @@ def covariance_softmax_kernel(calibration_probs, tau: float) -> DenseKernel:
 
     Dense: O(N_T^2) memory and time ([1], as summarised in public reviews).
     """
-    if not tau > 0:
-        raise InputError(f"tau must be > 0, got {tau}")
-    return DenseKernel(B.softmax(calibration_covariance(calibration_probs) / tau), check=False)
+    if not (tau > 0 and np.isfinite(tau)):
+        raise InputError(f"tau must be finite and > 0, got {tau}")
+    with np.errstate(over="ignore"):
+        scaled = calibration_covariance(calibration_probs) / tau
+    if not np.all(np.isfinite(scaled)):
+        raise InputError(f"Omega / tau overflows at tau = {tau:g}: choose a larger tau")
+    return DenseKernel(B.softmax(scaled), check=False)
 
 
 def covariance_affinity(calibration_probs):
@@ -235,14 +239,16 @@ def sparse_topk_kernel(affinity, k: int, tau: float = 1.0, *, n: int | None = No
         rows_of = lambda rows: a[rows]  # noqa: E731
     if not 1 <= k <= n:
         raise InputError(f"k must be in [1, {n}], got {k}")
-    if not tau > 0:
-        raise InputError(f"tau must be > 0, got {tau}")
+    if not (tau > 0 and np.isfinite(tau)):
+        raise InputError(f"tau must be finite and > 0, got {tau}")
     indptr = np.arange(0, n * k + 1, k)
     indices = np.empty(n * k, dtype=np.int64)
     data = np.empty(n * k)
     for start in range(0, n, block):
         rows = np.arange(start, min(n, start + block))
         blk = np.array(rows_of(rows), dtype=np.float64)
+        if not np.all(np.isfinite(blk)):
+            raise InputError(f"affinity has a non-finite value in rows {rows[0]}..{rows[-1]}")
         ar = np.arange(rows.size)
         diag = blk[ar, rows].copy()
         blk[ar, rows] = np.inf  # always keep the diagonal

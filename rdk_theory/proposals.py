@@ -39,7 +39,8 @@ def _check(draft_probs, vocab_map, check):
 def vanilla_proposal(draft_probs, vocab_map, *, check: bool = True):
     """``r(x) = q(j)`` for the drafter token ``j`` with target id ``x``; 0 elsewhere.
 
-    Sub-stochastic when some drafter tokens are absent from the target ([2], Alg. 1).
+    Sub-stochastic when some drafter tokens are absent from the target ([2], Alg. 1). For the
+    identity map the result *is* ``draft_probs`` (no copy; the core never writes to it).
     """
     q = _check(draft_probs, vocab_map, check)
     return B.scatter_last(q, vocab_map.draft_to_target, vocab_map.n_target,
@@ -59,10 +60,14 @@ def rdk_proposal(draft_probs, vocab_map, kernel, *, check: bool = True):
     exact kernel gives exact RDK, a :class:`rdk_theory.first_order.FirstOrderCovarianceKernel`
     gives first-order RDK.
     """
+    _check_kernel_size(kernel, vocab_map, "kernel")
+    return kernel.transport(tli_proposal(draft_probs, vocab_map, check=check))
+
+
+def _check_kernel_size(kernel, vocab_map, name):
     n = getattr(kernel, "n", None)
     if n is not None and n != vocab_map.n_target:
-        raise InputError(f"kernel is over {n} tokens but the target vocabulary has {vocab_map.n_target}")
-    return kernel.transport(tli_proposal(draft_probs, vocab_map, check=check))
+        raise InputError(f"{name} is over {n} tokens but the target vocabulary has {vocab_map.n_target}")
 
 
 def build_proposals(draft_probs, vocab_map, *, kernel=None, first_order=None, check: bool = True):
@@ -72,6 +77,8 @@ def build_proposals(draft_probs, vocab_map, *, kernel=None, first_order=None, ch
     when ``first_order`` is given.
     """
     q = _check(draft_probs, vocab_map, check)
+    _check_kernel_size(kernel, vocab_map, "kernel")
+    _check_kernel_size(first_order, vocab_map, "first_order")
     out = {"vanilla": vanilla_proposal(q, vocab_map, check=False)}
     out["tli"] = B.safe_divide(out["vanilla"], B.total(out["vanilla"], keepdims=True))
     if kernel is not None:

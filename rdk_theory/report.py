@@ -22,7 +22,7 @@ import numpy as np
 
 from ._progress import progress
 from .acceptance import acceptance_rate, oov_cap, total_variation
-from .case import default_tau
+from .case import DENSE_KERNEL_MAX_BYTES, default_tau
 from .first_order import FirstOrderCovarianceKernel
 from .kernels import MarginalKernel, covariance_softmax_kernel
 from .proposals import build_proposals
@@ -55,7 +55,6 @@ def synthetic_report(*, n: int, contexts: int, calibration: int, keep, seed: int
     cal = lm.calibration_probs
     base_tau = default_tau(cal)
     taus = [base_tau * m for m in TAU_MULTIPLIERS]
-    kernels = [covariance_softmax_kernel(cal, t) for t in taus]
     freq = cal.mean(axis=0)
     rows = []
     for frac in progress(keep, desc="kept fractions", enabled=show_progress):
@@ -64,12 +63,17 @@ def synthetic_report(*, n: int, contexts: int, calibration: int, keep, seed: int
         q = _prune(lm.draft_probs, vm.draft_to_target)
         p = lm.target_probs
         props = build_proposals(q, vm, check=False)
-        scores = [_mean_alpha(p[tune], ker.transport(props["tli"][tune])) for ker in kernels]
-        best = int(np.argmax(scores))
+        best, best_score, kernel = 0, -1.0, None
+        for i, t in enumerate(taus):  # one dense N x N kernel alive at a time
+            ker = covariance_softmax_kernel(cal, t)
+            score = _mean_alpha(p[tune], ker.transport(props["tli"][tune]))
+            if score > best_score:
+                best, best_score, kernel = i, score, ker
+            del ker
         fo = FirstOrderCovarianceKernel(cal, taus[best])
         marginal = MarginalKernel.from_calibration(cal, vm)
         pe, tli = p[evalp], props["tli"][evalp]
-        exact, approx = kernels[best].transport(tli), fo.transport(tli)
+        exact, approx = kernel.transport(tli), fo.transport(tli)
         rows.append({
             "keep_fraction": float(frac), "kept": k,
             "oov_cap": float(np.mean(oov_cap(pe, vm, check=False))),
@@ -154,6 +158,14 @@ def _parse_keep(text: str):
 def cmd_report(args) -> int:
     keep = _parse_keep(args.keep)
     args.keep_fractions = keep
+    if os.path.exists(args.out) and not os.path.isdir(args.out):
+        raise InputError(f"--out {args.out} exists and is not a directory")
+    if args.source != "real" and 2 * 8 * args.vocab**2 > DENSE_KERNEL_MAX_BYTES:
+        raise InputError(f"--vocab {args.vocab} is too large for the exact dense covariance kernel "
+                         f"(two N x N float64 matrices must fit in "
+                         f"{DENSE_KERNEL_MAX_BYTES / 2**30:.0f} GiB)")
+    if args.vocab < 20:
+        raise InputError(f"--vocab must be >= 20, got {args.vocab}")
     report = None
     if args.source in ("auto", "real"):
         source = _real_source()

@@ -57,10 +57,7 @@ def sample_steps(target_probs, proposal, n: int, rng, *, check: bool = True):
             raise InputError(f"n must be >= 0, got {n}")
     if B.is_torch(target_probs):
         return _sample_steps_torch(target_probs, proposal, int(n), rng)
-    if B.is_exact(target_probs):
-        target_probs = target_probs.astype(np.float64)
-        proposal = proposal.astype(np.float64)
-    p, r = target_probs, proposal
+    p, r = _normalised(np.asarray(target_probs, dtype=np.float64), np.asarray(proposal, dtype=np.float64))
     mass = float(r.sum())
     drafted = rng.random(n) < mass
     tokens = np.zeros(n, dtype=np.int64)
@@ -74,14 +71,24 @@ def sample_steps(target_probs, proposal, n: int, rng, *, check: bool = True):
     rejected = np.flatnonzero(~accepted)
     if rejected.size:
         excess = np.maximum(p - r, 0.0)
-        tokens[rejected] = _inverse_cdf(excess, rng.random(rejected.size))
+        # the residual is empty only if r = p up to round-off: then p itself is the residual
+        tokens[rejected] = _inverse_cdf(excess if excess.sum() > 0 else p, rng.random(rejected.size))
     return tokens, accepted
+
+
+def _normalised(p, r):
+    """``p`` rescaled to sum 1 and ``r`` to sum at most 1 (inputs pass validation within a
+    tolerance); the step then uses this one ``r`` for the draw, the ratio and the residual."""
+    p = p / p.sum()
+    total = r.sum()
+    return p, (r / total if total > 1 else r)
 
 
 def _sample_steps_torch(p, r, n, generator):
     import torch
 
     dev = p.device
+    p, r = _normalised(p.double(), r.double())
     mass = float(r.sum())
     rand = lambda k: torch.rand(k, generator=generator, device=dev, dtype=torch.float64)  # noqa: E731
     drafted = rand(n) < mass
@@ -89,14 +96,14 @@ def _sample_steps_torch(p, r, n, generator):
     accepted = torch.zeros(n, dtype=torch.bool, device=dev)
     idx = torch.nonzero(drafted).flatten()
     if mass > 0 and idx.numel():
-        x = _inverse_cdf_torch(r.double(), rand(idx.numel()))
-        ok = rand(idx.numel()) * r.double()[x] < p.double()[x]
+        x = _inverse_cdf_torch(r, rand(idx.numel()))
+        ok = rand(idx.numel()) * r[x] < p[x]
         tokens[idx] = x
         accepted[idx] = ok
     rej = torch.nonzero(~accepted).flatten()
     if rej.numel():
-        excess = (p.double() - r.double()).clamp_min(0)
-        tokens[rej] = _inverse_cdf_torch(excess, rand(rej.numel()))
+        excess = (p - r).clamp_min(0)
+        tokens[rej] = _inverse_cdf_torch(excess if float(excess.sum()) > 0 else p, rand(rej.numel()))
     return tokens, accepted
 
 

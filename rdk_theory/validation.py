@@ -113,9 +113,14 @@ def as_draft_to_target(x, n_target: int, name: str = "draft_to_target") -> np.nd
             raise InputError(f"{name} must hold integers, got non-integer values")
     elif arr.dtype.kind not in "iu":
         raise InputError(f"{name} must hold integers, got dtype {arr.dtype}")
+    if isinstance(n_target, bool) or not isinstance(n_target, (int, np.integer)) or n_target < 1:
+        raise InputError(f"target vocabulary size must be an integer >= 1, got {n_target}")
+    if arr.dtype.kind == "u" and arr.size and int(arr.max()) >= n_target:  # before a wrapping cast
+        j = int(np.argmax(arr >= n_target))
+        raise InputError(
+            f"{name}[{j}] = {arr[j]} is out of range: entries must be -1 or in [0, {n_target - 1}]"
+        )
     arr = arr.astype(np.int64)
-    if int(n_target) < 1:
-        raise InputError(f"target vocabulary size must be >= 1, got {n_target}")
     bad = (arr < -1) | (arr >= n_target)
     if np.any(bad):
         j = int(np.argmax(bad))

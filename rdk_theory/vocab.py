@@ -41,7 +41,7 @@ class VocabMap:
     draft_to_target: np.ndarray
 
     def __post_init__(self):
-        arr = as_draft_to_target(self.draft_to_target, int(self.n_target))
+        arr = as_draft_to_target(self.draft_to_target, self.n_target)
         object.__setattr__(self, "n_target", int(self.n_target))
         object.__setattr__(self, "draft_to_target", arr)
         arr.setflags(write=False)
