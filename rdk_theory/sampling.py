@@ -107,6 +107,26 @@ def _sample_steps_torch(p, r, n, generator):
     return tokens, accepted
 
 
+def draw(weights, rng) -> int:
+    """One index drawn with probability ``weights / sum(weights)`` (a zero weight never wins)."""
+    return int(_inverse_cdf(np.asarray(weights, dtype=np.float64), rng.random(1))[0])
+
+
+def verify_draft(target_probs, proposal, draft: int, rng):
+    """Verify an already drafted token ``draft ~ proposal``: ``(emitted token, accepted)``.
+
+    Accepts with probability ``min(1, p(x)/r(x))``; otherwise draws from the residual built from
+    the same ``r`` (from ``p`` when the residual is empty, i.e. ``r = p`` up to round-off). For
+    drafting loops (speculative generation) where the draft is drawn outside the step.
+    """
+    p, r = _normalised(np.asarray(target_probs, dtype=np.float64),
+                       np.asarray(proposal, dtype=np.float64))
+    if rng.random() * r[draft] < p[draft]:
+        return int(draft), True
+    excess = np.maximum(p - r, 0.0)
+    return draw(excess if excess.sum() > 0 else p, rng), False
+
+
 def verify_step(target_probs, proposal, rng):
     """One verification step; returns ``(token, accepted)`` as Python ``(int, bool)``."""
     tokens, accepted = sample_steps(target_probs, proposal, 1, rng)

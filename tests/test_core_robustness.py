@@ -110,3 +110,19 @@ def test_case_without_contexts_is_rejected(tmp_path, capsys):
              draft_to_target=np.arange(4))
     assert main(["acceptance", str(tmp_path / "e.npz")]) == 2
     assert "no contexts" in capsys.readouterr().err
+
+
+def test_verify_draft_matches_the_step_law():
+    """Monte Carlo: n = 60,000 drafts x ~ r then verify_draft; chi-square vs p."""
+    rng = np.random.default_rng(4)
+    p = np.array([0.1, 0.0, 0.6, 0.3])
+    r = np.array([0.4, 0.2, 0.3, 0.1])
+    counts = np.zeros(4, dtype=np.int64)
+    accepted = 0
+    for _ in range(60_000):
+        tok, ok = rt.verify_draft(p, r, rt.draw(r, rng), rng)
+        counts[tok] += 1
+        accepted += ok
+    assert_matches_law(counts, p, "verify_draft")
+    # the same r = p edge case as sample_steps: never an empty residual
+    assert rt.verify_draft(p, p, 2, rng) == (2, True)
