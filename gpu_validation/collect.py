@@ -83,11 +83,15 @@ def collect(target, drafter, texts=EVAL_TEXTS, *, max_tokens: int | None = None,
 def calibration_stats(calibration_probs, rank: int | None = None):
     """``(mu, factor)``: the calibration mean (N,) float64 and ``C`` (r, N) with Omega ~= C^T C.
 
-    ``Omega = (1/S) sum_c (p_c - mu)(p_c - mu)^T`` is the population covariance (MATH.md 4).
+    ``Omega = (1/S) sum_c (p_c - mu)(p_c - mu)^T`` is the population covariance (MATH.md 4),
+    of the rows renormalised to sum 1 in float64.
     With ``rank`` < S the factor keeps the top singular directions of the centred matrix
     ``(P_c - mu) / sqrt(S)`` (the best rank-r approximation of Omega).
     """
     cal = np.asarray(calibration_probs, dtype=np.float64)
+    # float32 softmax rows sum to 1 only to ~1e-7; renormalised in float64, the centred rows
+    # (and so Omega's rows) sum to 0 to round-off, as the first-order kernel requires.
+    cal = cal / cal.sum(axis=1, keepdims=True)
     s = cal.shape[0]
     mu = cal.mean(axis=0)
     c = (cal - mu) / np.sqrt(s)

@@ -14,7 +14,7 @@ import numpy as np
 from rdk_theory.validation import InputError
 
 
-def compress(probs, k: int):
+def compress(probs, k: int, *, block: int = 256):
     """``(ids, values, tail)``: top-``k`` ids (C, k) int32, values (C, k) float32, tail (C,) float64.
 
     ``tail`` is computed as ``row_sum - sum(values)`` in float64 from the float32 values that are
@@ -26,13 +26,19 @@ def compress(probs, k: int):
     n = p.shape[1]
     if not 1 <= k <= n:
         raise InputError(f"k must be in [1, {n}], got {k}")
-    ids = np.argpartition(-p, k - 1, axis=1)[:, :k]
-    vals = np.take_along_axis(p, ids, axis=1)
-    order = np.argsort(-vals, axis=1, kind="stable")
-    ids = np.take_along_axis(ids, order, axis=1).astype(np.int32)
-    vals = np.take_along_axis(vals, order, axis=1).astype(np.float32)
-    row_sum = p.astype(np.float64).sum(axis=1)
-    tail = np.clip(row_sum - vals.astype(np.float64).sum(axis=1), 0.0, None)
+    c = p.shape[0]
+    ids, vals = np.empty((c, k), np.int32), np.empty((c, k), np.float32)
+    tail = np.empty(c, np.float64)
+    for s in range(0, c, block):  # blocks of rows: argpartition allocates (rows, N) int64
+        blk = p[s:s + block]
+        top = np.argpartition(-blk, k - 1, axis=1)[:, :k]
+        v = np.take_along_axis(blk, top, axis=1)
+        order = np.argsort(-v, axis=1, kind="stable")
+        ids[s:s + block] = np.take_along_axis(top, order, axis=1)
+        vals[s:s + block] = np.take_along_axis(v, order, axis=1)
+        row_sum = blk.astype(np.float64).sum(axis=1)
+        tail[s:s + block] = np.clip(row_sum - vals[s:s + block].astype(np.float64).sum(axis=1),
+                                    0.0, None)
     return ids, vals, tail
 
 
