@@ -8,10 +8,10 @@ and ``p(I)`` bounds the acceptance of vanilla and TLI (statement O2, MATH.md 6).
 
 Two normalisations are compared:
 
-* ``marker``: the core's own, the token strings as the tokenizers store them with the word-start
+* ``marker``: the token strings as the tokenizers store them with the word-start
   marker rewritten (byte-level ``Ġ`` <-> SentencePiece ``▁``);
-* ``bytes``: every token first rewritten to the bytes it stands for, then matched exactly
-  (markers off). Byte-level BPE stores byte ``b`` as the printable character of GPT-2's
+* ``bytes`` (the core's default, :mod:`rdk_theory.tokens`): every token first rewritten to the
+  bytes it stands for, then matched exactly. Byte-level BPE stores byte ``b`` as the printable character of GPT-2's
   ``bytes_to_unicode`` table (newline ``Ċ``, ``é`` as ``Ã©``); SentencePiece writes a space
   as ``▁`` and byte-fallback tokens as ``<0x0A>``. The bytes are kept in a ``str`` through
   ``surrogateescape`` (injective, so half-characters stay distinct). Special tokens (BOS, chat
@@ -24,61 +24,14 @@ can pair tokens that stand for different bytes (Qwen ``Ã©`` is "é", Gemma ``�
 """
 from __future__ import annotations
 
-import re
 import time
 from dataclasses import dataclass, field
 
 import numpy as np
 
-from rdk_theory.vocab import (BYTE_LEVEL_SPACE, SENTENCEPIECE_SPACE, VocabMap,
-                              detect_space_marker)
-
-SPECIAL_PREFIX = "\x00special\x00"  # no text token starts with NUL + this tag
-_SP_BYTE = re.compile(r"<0x([0-9A-Fa-f]{2})>")
-
-
-def _byte_decoder() -> dict[str, int]:
-    """Inverse of GPT-2's ``bytes_to_unicode``: printable character -> byte value."""
-    bs = list(range(ord("!"), ord("~") + 1)) + list(range(ord("¡"), ord("¬") + 1)) \
-        + list(range(ord("®"), ord("ÿ") + 1))
-    cs, n = bs[:], 0
-    for b in range(256):
-        if b not in bs:
-            bs.append(b)
-            cs.append(256 + n)
-            n += 1
-    return {chr(c): b for b, c in zip(bs, cs)}
-
-
-BYTE_DECODER = _byte_decoder()
-
-
-def token_family(tokens) -> str:
-    """``"byte_level"`` (``Ġ`` marker), ``"sentencepiece"`` (``▁``) or ``"plain"``."""
-    marker = detect_space_marker(tokens)
-    return {BYTE_LEVEL_SPACE: "byte_level", SENTENCEPIECE_SPACE: "sentencepiece"}.get(marker,
-                                                                                     "plain")
-
-
-def token_bytes(token: str, family: str) -> bytes:
-    """The bytes a (non-special) token string stands for in its tokenizer family."""
-    if family == "byte_level" and all(c in BYTE_DECODER for c in token):
-        return bytes(BYTE_DECODER[c] for c in token)
-    if family == "sentencepiece":
-        m = _SP_BYTE.fullmatch(token)
-        if m:
-            return bytes([int(m.group(1), 16)])
-        return token.replace(SENTENCEPIECE_SPACE, " ").encode("utf-8")
-    return token.encode("utf-8")
-
-
-def canonical_tokens(tokens, special_ids=(), family: str | None = None) -> list[str]:
-    """Token strings rewritten to their bytes (as ``str`` via ``surrogateescape``)."""
-    family = family or token_family(tokens)
-    special = set(special_ids)
-    return [SPECIAL_PREFIX + t if i in special
-            else token_bytes(t, family).decode("utf-8", "surrogateescape")
-            for i, t in enumerate(tokens)]
+from rdk_theory.tokens import (BYTE_DECODER, SPECIAL_PREFIX, canonical_tokens,  # noqa: F401
+                               token_bytes, token_family)
+from rdk_theory.vocab import VocabMap
 
 
 @dataclass
@@ -125,10 +78,9 @@ def load_token_list(spec: str, *, fetch_missing: bool = False, log=print) -> Tok
 def build_map(draft: TokenList, target: TokenList, normalisation: str = "bytes") -> VocabMap:
     """``draft_to_target`` by string: ``"bytes"`` (canonical strings) or ``"marker"`` (core)."""
     if normalisation == "marker":
-        return VocabMap.from_token_strings(draft.tokens, target.tokens)
+        return VocabMap.from_token_strings(draft.tokens, target.tokens, normalise="marker")
     if normalisation == "bytes":
-        return VocabMap.from_token_strings(draft.canonical, target.canonical,
-                                           draft_space_marker="", target_space_marker="")
+        return VocabMap.from_token_strings(draft.canonical, target.canonical, normalise="none")
     raise ValueError(f"normalisation must be 'bytes' or 'marker', got {normalisation!r}")
 
 

@@ -16,6 +16,7 @@ from __future__ import annotations
 import numpy as np
 
 from rdk_theory.acceptance import acceptance_rate
+from rdk_theory.sampling import draw, verify_draft
 
 from .pruning import restrict_drafter
 
@@ -24,12 +25,6 @@ def _softmax_last(logits) -> np.ndarray:
     import torch
 
     return torch.softmax(logits.float(), dim=-1).cpu().numpy().astype(np.float64)
-
-
-def _draw(weights, rng) -> int:
-    cdf = np.cumsum(weights)
-    i = int(np.searchsorted(cdf, rng.random() * cdf[-1], side="right"))
-    return min(i, int(np.flatnonzero(weights > 0)[-1]))
 
 
 class _Cached:
@@ -69,7 +64,7 @@ def generate(target, drafter, prompt_ids, vocab_map, make_proposal, *, gamma: in
         for _ in range(gamma):
             q = _softmax_last(drf.feed(ctx)[-1])
             r = make_proposal(restrict_drafter(q, vocab_map))
-            x = _draw(r, rng) if r.sum() > 0 else -1
+            x = draw(r, rng) if r.sum() > 0 else -1
             if x < 0:
                 break
             drafts.append(x)
@@ -82,16 +77,14 @@ def generate(target, drafter, prompt_ids, vocab_map, make_proposal, *, gamma: in
         for t, (x, r) in enumerate(zip(drafts, props)):
             p = p_all[t]
             alphas.append(float(acceptance_rate(p, r, check=False)))
-            ok = rng.random() * r[x] < p[x]
-            accepted.append(bool(ok))
+            token, ok = verify_draft(p, r, x, rng)  # the core's step: same r for ratio and residual
+            accepted.append(ok)
+            tokens.append(token)
             if not ok:
-                excess = np.maximum(p - r, 0.0)
-                tokens.append(_draw(excess, rng))
                 break
-            tokens.append(x)
             n_acc += 1
         else:
-            tokens.append(_draw(p_all[len(drafts)], rng))
+            tokens.append(draw(p_all[len(drafts)], rng))
         accept_lengths.append(n_acc)
         tgt.crop(len(tokens) - 1)
         drf.crop(len(tokens) - 1)

@@ -8,9 +8,9 @@ Builders:
 
 * :func:`keep_most_frequent` + :meth:`VocabMap.from_kept_ids`: a *pruned* drafter (same
   tokenizer, LM head cut to a kept subset); every entry is a valid target id.
-* :meth:`VocabMap.from_token_strings`: heterogeneous tokenizers, matched by token string after
-  normalising the word-start marker (byte-level BPE writes ``Ġ``, SentencePiece writes ``▁``),
-  which is the normalisation transformers' universal assisted generation applies [2].
+* :meth:`VocabMap.from_token_strings`: heterogeneous tokenizers, matched by the bytes each token
+  stands for (:mod:`rdk_theory.tokens`), or, as transformers' universal assisted generation
+  does, by string after rewriting only the word-start marker (``Ġ`` vs ``▁``) [2].
 """
 from __future__ import annotations
 
@@ -20,13 +20,8 @@ from typing import Sequence
 
 import numpy as np
 
+from .tokens import canonical_tokens, detect_space_marker
 from .validation import InputError, as_draft_to_target
-
-#: Word-start markers used by common tokenizer families.
-BYTE_LEVEL_SPACE = "\u0120"  # 'Ġ' (GPT-2 style byte-level BPE: Qwen, SmolLM2, Llama-3)
-SENTENCEPIECE_SPACE = "\u2581"  # '▁' (SentencePiece: Gemma, Llama-2, T5)
-KNOWN_SPACE_MARKERS = (BYTE_LEVEL_SPACE, SENTENCEPIECE_SPACE)
-
 
 @dataclass(frozen=True)
 class VocabMap:
@@ -104,44 +99,54 @@ class VocabMap:
         draft_tokens: Sequence[str],
         target_tokens: Sequence[str],
         *,
+        normalise: str = "bytes",
+        draft_special_ids: Sequence[int] = (),
+        target_special_ids: Sequence[int] = (),
         draft_space_marker: str | None = None,
         target_space_marker: str | None = None,
     ) -> "VocabMap":
         """Match drafter and target tokens by string.
 
         ``draft_tokens[j]`` / ``target_tokens[t]`` are the token strings of ids ``j`` / ``t``.
-        Before matching, the drafter's word-start marker is rewritten to the target's (markers
-        are detected from the vocabularies when not given). A target string that occurs twice
-        keeps its first id; a drafter token with no match maps to ``-1``.
+
+        ``normalise``:
+          * ``"bytes"`` (default): every token rewritten to the bytes it stands for in its
+            tokenizer family (:mod:`rdk_theory.tokens`), special tokens matching only special
+            tokens; this also normalises the word-start marker;
+          * ``"marker"``: only the drafter's word-start marker rewritten to the target's
+            (``Ġ`` <-> ``▁``, detected when not given), as transformers' universal assisted
+            generation does; it misses newline/tab/non-ASCII tokens across families;
+          * ``"none"``: strings compared as given.
+
+        A target string that occurs twice keeps its first id; a drafter token with no match maps
+        to ``-1``. Any map keeps TLI lossless; a better map only raises acceptance.
         """
         if len(draft_tokens) == 0 or len(target_tokens) == 0:
             raise InputError("token lists must be non-empty")
-        ds = draft_space_marker if draft_space_marker is not None else detect_space_marker(draft_tokens)
-        ts = target_space_marker if target_space_marker is not None else detect_space_marker(target_tokens)
+        if normalise == "bytes":
+            draft_keys = canonical_tokens(draft_tokens, draft_special_ids)
+            target_keys = canonical_tokens(target_tokens, target_special_ids)
+        elif normalise == "marker":
+            ds = draft_space_marker if draft_space_marker is not None else detect_space_marker(draft_tokens)
+            ts = target_space_marker if target_space_marker is not None else detect_space_marker(target_tokens)
+            rewrite = bool(ds and ts and ds != ts)
+            draft_keys = [tok.replace(ds, ts) if rewrite else tok for tok in draft_tokens]
+            target_keys = list(target_tokens)
+        elif normalise == "none":
+            draft_keys, target_keys = list(draft_tokens), list(target_tokens)
+        else:
+            raise InputError(f"normalise must be 'bytes', 'marker' or 'none', got {normalise!r}")
         index: dict[str, int] = {}
-        for t, tok in enumerate(target_tokens):
+        for t, tok in enumerate(target_keys):
             index.setdefault(tok, t)
-        mapped = np.full(len(draft_tokens), -1, dtype=np.int64)
+        mapped = np.full(len(draft_keys), -1, dtype=np.int64)
         used: set[int] = set()
-        for j, tok in enumerate(draft_tokens):
-            key = tok.replace(ds, ts) if (ds and ts and ds != ts) else tok
-            t = index.get(key, -1)
+        for j, tok in enumerate(draft_keys):
+            t = index.get(tok, -1)
             if t >= 0 and t not in used:
                 mapped[j] = t
                 used.add(t)
         return cls(len(target_tokens), mapped)
-
-
-def detect_space_marker(tokens: Sequence[str]) -> str | None:
-    """The word-start marker most used in ``tokens`` (``Ġ`` or ``▁``), or None."""
-    counts = {m: 0 for m in KNOWN_SPACE_MARKERS}
-    for tok in tokens:
-        if tok:
-            for m in KNOWN_SPACE_MARKERS:
-                if tok[0] == m:
-                    counts[m] += 1
-    best = max(counts, key=counts.get)
-    return best if counts[best] > 0 else None
 
 
 def keep_most_frequent(token_counts, k: int) -> np.ndarray:

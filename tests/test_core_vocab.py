@@ -2,7 +2,7 @@ import numpy as np
 import pytest
 
 import rdk_theory as rt
-from rdk_theory.vocab import detect_space_marker
+from rdk_theory.tokens import detect_space_marker
 
 
 def test_keep_most_frequent_breaks_ties_by_lower_id_and_sorts():
@@ -39,3 +39,17 @@ def test_token_strings_normalise_word_start_markers():
     assert detect_space_marker(target) == "\u2581" and detect_space_marker(draft) == "\u0120"
     same = rt.VocabMap.from_token_strings(target, target)
     assert list(same.draft_to_target) == list(range(6))
+
+
+def test_bytes_normalisation_matches_newlines_and_refuses_false_friends():
+    """Byte-level 'Ċ' is a newline and 'Ã©' is "é"; SentencePiece writes '<0x0A>' and 'é'."""
+    target = ["\u0120the", "\u010a", "\u00c3\u00a9", "x", "<s>"]  # byte-level (Qwen-like)
+    draft = ["\u2581the", "<0x0A>", "\u00c3\u00a9", "\u00e9", "<s>"]  # SentencePiece (Gemma-like)
+    by_bytes = rt.VocabMap.from_token_strings(draft, target, draft_special_ids=[4],
+                                              target_special_ids=[4])
+    assert list(by_bytes.draft_to_target) == [0, 1, -1, 2, 4]
+    by_marker = rt.VocabMap.from_token_strings(draft, target, normalise="marker")
+    # the marker-only rewrite misses the newline and pairs the two different "Ã©" tokens
+    assert list(by_marker.draft_to_target) == [0, -1, 2, -1, 4]
+    with pytest.raises(rt.InputError, match="normalise"):
+        rt.VocabMap.from_token_strings(draft, target, normalise="unicode")

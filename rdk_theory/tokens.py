@@ -1,0 +1,84 @@
+"""Token strings -> the bytes they stand for, so vocabularies of different tokenizer families
+can be matched (TLI maps between heterogeneous tokenizers, [2]).
+
+Tokenizers store a token's text differently:
+
+* byte-level BPE (GPT-2 family: Qwen, SmolLM2, Llama 3) writes byte ``b`` as a printable
+  character of GPT-2's byte-to-unicode table: a space is ``Ġ``, a newline ``Ċ``, "é" is ``Ã©``;
+* SentencePiece (Gemma, Llama 2, T5) writes a space as ``▁`` and byte-fallback tokens as
+  ``<0x0A>``; other characters are themselves (so its ``Ã©`` is the two characters "Ã©").
+
+Rewriting only the word-start marker (``Ġ`` <-> ``▁``, as transformers' universal assisted
+generation does) misses tokens holding newlines, tabs or non-ASCII text, and can pair tokens
+that stand for different bytes; rewriting every token to its bytes does neither. Bytes are kept
+in a ``str`` through ``surrogateescape`` (injective: half-characters stay distinct). Special
+tokens (BOS, chat markers) keep their string in a namespace of their own and only ever match
+special tokens.
+"""
+from __future__ import annotations
+
+import re
+from typing import Iterable, Sequence
+
+BYTE_LEVEL_SPACE = "\u0120"  # 'Ġ'
+SENTENCEPIECE_SPACE = "\u2581"  # '▁'
+KNOWN_SPACE_MARKERS = (BYTE_LEVEL_SPACE, SENTENCEPIECE_SPACE)
+#: Prefix of special tokens' canonical strings: no text token starts with NUL + this tag.
+SPECIAL_PREFIX = "\x00special\x00"
+_SP_BYTE = re.compile(r"<0x([0-9A-Fa-f]{2})>")
+
+
+def _byte_decoder() -> dict[str, int]:
+    """Inverse of GPT-2's byte-to-unicode table: printable character -> byte value."""
+    printable = (list(range(ord("!"), ord("~") + 1)) + list(range(ord("\u00a1"), ord("\u00ac") + 1))
+                 + list(range(ord("\u00ae"), ord("\u00ff") + 1)))
+    chars, extra = printable[:], 0
+    byte_values = printable[:]
+    for b in range(256):
+        if b not in printable:
+            byte_values.append(b)
+            chars.append(256 + extra)
+            extra += 1
+    return {chr(c): b for b, c in zip(byte_values, chars)}
+
+
+BYTE_DECODER = _byte_decoder()
+
+
+def detect_space_marker(tokens: Sequence[str]) -> str | None:
+    """The word-start marker most used in ``tokens`` (``Ġ`` or ``▁``), or None."""
+    counts = {m: 0 for m in KNOWN_SPACE_MARKERS}
+    for tok in tokens:
+        if tok and tok[0] in counts:
+            counts[tok[0]] += 1
+    best = max(counts, key=counts.get)
+    return best if counts[best] > 0 else None
+
+
+def token_family(tokens: Sequence[str]) -> str:
+    """``"byte_level"`` (``Ġ`` marker), ``"sentencepiece"`` (``▁``) or ``"plain"``."""
+    marker = detect_space_marker(tokens)
+    return {BYTE_LEVEL_SPACE: "byte_level", SENTENCEPIECE_SPACE: "sentencepiece"}.get(marker, "plain")
+
+
+def token_bytes(token: str, family: str) -> bytes:
+    """The bytes a (non-special) token string stands for in its tokenizer family."""
+    if family == "byte_level" and all(c in BYTE_DECODER for c in token):
+        return bytes(BYTE_DECODER[c] for c in token)
+    if family == "sentencepiece":
+        m = _SP_BYTE.fullmatch(token)
+        if m:
+            return bytes([int(m.group(1), 16)])
+        return token.replace(SENTENCEPIECE_SPACE, " ").encode("utf-8")
+    return token.encode("utf-8", "surrogateescape")
+
+
+def canonical_tokens(tokens: Sequence[str], special_ids: Iterable[int] = (),
+                     family: str | None = None) -> list[str]:
+    """Each token rewritten to its bytes (as ``str`` via ``surrogateescape``); special tokens
+    prefixed with :data:`SPECIAL_PREFIX`. ``family`` is detected when not given."""
+    family = family or token_family(tokens)
+    special = set(special_ids)
+    return [SPECIAL_PREFIX + t if i in special
+            else token_bytes(t, family).decode("utf-8", "surrogateescape")
+            for i, t in enumerate(tokens)]
