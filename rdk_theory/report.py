@@ -135,7 +135,9 @@ def plot_report(report: dict, path: str) -> None:
     ax.plot(x, [r["oov_cap"] for r in rows], color="black", lw=1, ls="-.",
             label="OOV cap p(I) (TLI bound)")
     ax.set_xscale("log")
-    ax.set_xlabel("fraction of the drafter vocabulary kept")
+    ax.set_xticks(x, [f"{r['kept']:,}\n{100 * f:g}%" for r, f in zip(rows, x)], fontsize=7)
+    ax.minorticks_off()
+    ax.set_xlabel("kept drafter vocabulary (K, fraction of N)")
     ax.set_ylabel("mean acceptance rate alpha")
     ax.set_title(report.get("title", f"acceptance vs pruning ({report['source']})"), fontsize=10)
     ax.grid(alpha=0.3, which="both")
