@@ -112,7 +112,10 @@ def format_table(report: dict) -> str:
     lines = [head, "-" * len(head)]
     for r in report["rows"]:
         lines.append(f"{r['kept']:>8}{r['keep_fraction']:>10.3f}{r['oov_cap']:>10.4f}"
-                     + "".join(f"{r.get(c, float('nan')):>17.4f}" for c in cols))
+                     + "".join(f"{r[c]:>17.4f}" if r.get(c) is not None else f"{'-':>17}"
+                               for c in cols))
+    if any(r.get(c) is None for r in report["rows"] for c in cols):
+        lines.append("(-: not computed at that size; see the description above)")
     return "\n".join(lines)
 
 
@@ -130,8 +133,9 @@ def plot_report(report: dict, path: str) -> None:
               "rdk_first_order": "first-order RDK (same tau)",
               "marginal": "exact RDK (rank-one marginal kernel)"}
     for c in COLUMNS:
-        if all(c in r for r in rows):
-            ax.plot(x, [r[c] for r in rows], styles[c], marker="o", ms=4, label=labels[c])
+        pts = [(r["keep_fraction"], r[c]) for r in rows if r.get(c) is not None]
+        if pts:
+            ax.plot(*zip(*pts), styles[c], marker="o", ms=4, label=labels[c])
     ax.plot(x, [r["oov_cap"] for r in rows], color="black", lw=1, ls="-.",
             label="OOV cap p(I) (TLI bound)")
     ax.set_xscale("log")
@@ -141,7 +145,7 @@ def plot_report(report: dict, path: str) -> None:
     ax.set_ylabel("mean acceptance rate alpha")
     ax.set_title(report.get("title", f"acceptance vs pruning ({report['source']})"), fontsize=10)
     ax.grid(alpha=0.3, which="both")
-    ax.legend(fontsize=8)
+    ax.legend(fontsize=8, loc="center right")
     fig.tight_layout()
     fig.savefig(path, dpi=120)
     plt.close(fig)
