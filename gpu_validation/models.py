@@ -185,6 +185,19 @@ def fetch(name: str, *, log=print) -> Path:
     return dest
 
 
+def _verified_gguf(model: BuiltinModel, fetch_missing: bool, log) -> Path:
+    """The built-in's GGUF, fetched if allowed, with its SHA-256 checked: nothing is loaded from
+    a file with the wrong bytes."""
+    gguf = gguf_path(model)
+    if not gguf.is_file():
+        if not fetch_missing:
+            raise ModelError(f"{model.name} is not fetched: run 'rdk-theory models fetch "
+                             f"{model.name}' (or point --target/--drafter at a hub id or path)")
+        fetch(model.name, log=log)
+    verify(gguf, model.sha256)
+    return gguf
+
+
 def _existing_parent(path: Path) -> Path:
     while not path.exists():
         path = path.parent
@@ -282,13 +295,7 @@ def load_tokenizer(spec: str, *, fetch_missing: bool = False, log=print):
     if _bf16_ok(builtin):
         return AutoTokenizer.from_pretrained(bf16_dir(builtin)), {**info,
                                                                   "loaded_from": "bf16 cache"}
-    gguf = gguf_path(builtin)
-    if not gguf.is_file():
-        if not fetch_missing:
-            raise ModelError(f"{builtin.name} is not fetched: run 'rdk-theory models fetch "
-                             f"{builtin.name}'")
-        fetch(builtin.name, log=log)
-    verify(gguf, builtin.sha256)
+    gguf = _verified_gguf(builtin, fetch_missing, log)
     return (AutoTokenizer.from_pretrained(gguf.parent, gguf_file=gguf.name),
             {**info, "loaded_from": "gguf"})
 
@@ -333,13 +340,7 @@ def _load_builtin(model: BuiltinModel, torch_dtype, fetch_missing: bool, log) ->
         tok = AutoTokenizer.from_pretrained(cached)
         lm = AutoModelForCausalLM.from_pretrained(cached, dtype=torch_dtype)
         return LoadedModel(lm, tok, model.name, {**info, "loaded_from": "bf16 cache"})
-    gguf = gguf_path(model)
-    if not gguf.is_file():
-        if not fetch_missing:
-            raise ModelError(f"{model.name} is not fetched: run 'rdk-theory models fetch "
-                             f"{model.name}' (or point --target/--drafter at a hub id or path)")
-        fetch(model.name, log=log)
-    verify(gguf, model.sha256)  # nothing is loaded from a file with the wrong bytes
+    gguf = _verified_gguf(model, fetch_missing, log)
     log(f"{model.name}: first load from GGUF (dequantising; later loads use the bf16 cache)")
     tok = AutoTokenizer.from_pretrained(gguf.parent, gguf_file=gguf.name)
     lm = AutoModelForCausalLM.from_pretrained(gguf.parent, gguf_file=gguf.name,
