@@ -62,11 +62,11 @@ class FirstOrderCovarianceKernel:
         e = np.exp(-a)
         den = 1 + (self.n - 1 - a) * e
         self.a, self.inv_z, self.diag_coef = a, e / den, (1 - e) / den
-        # Precomputed so that one call is two thin matrix products and three passes over N:
-        #   [C v ; sum v] = q' @ left.T  with v = q' / Z,
-        #   q'' = (C v) @ (C / tau) + q' * (diag_coef - a / Z) + sum v.
+        # Precomputed so that one call is two thin matrix products and two passes over N:
+        #   u = [C v ; sum v] = q' @ left.T  with v = q' / Z,
+        #   q'' = u @ [C / tau ; 1] + q' * (diag_coef - a / Z)   (the ones row adds sum v).
         self._left = np.vstack([c * self.inv_z, self.inv_z[None, :]])  # (S + 1, N)
-        self._right = c / self.tau  # (S, N)
+        self._right = np.vstack([c / self.tau, np.ones((1, self.n))])  # (S + 1, N)
         self._coef = self.diag_coef - self.a * self.inv_z
         self._torch = _DeviceCache()
 
@@ -101,12 +101,11 @@ class FirstOrderCovarianceKernel:
         """
         left, right, coef = self._arrays(q_prime)
         u = q_prime @ left.T  # (..., S + 1): C v and sum v
-        out = u[..., :-1] @ right
+        out = u @ right  # C^T (C v) / tau + sum v
         if B.is_torch(out):
-            out.addcmul_(q_prime, coef).add_(u[..., -1:])
+            out.addcmul_(q_prime, coef)
         else:
             out += np.multiply(q_prime, coef)
-            out += u[..., -1:]
         return out
 
     def transport(self, q_prime):
