@@ -20,7 +20,7 @@ from .kernels import (
     sparse_topk_kernel,
 )
 from .proposals import SAMPLERS, build_proposals, rdk_proposal, tli_proposal, vanilla_proposal
-from .sampling import draw, emitted_counts, sample_steps, verify_draft, verify_step
+from .sampling import InverseCdf, draw, emitted_counts, sample_steps, verify_draft, verify_step
 from .validation import InputError
 from .vocab import VocabMap, keep_most_frequent
 
@@ -29,7 +29,7 @@ __version__ = "0.1.0"
 __all__ = [
     "SAMPLERS", "DenseKernel", "FirstOrderCovarianceKernel", "IdentityKernel", "InputError",
     "MarginalKernel", "SparseKernel", "VocabMap", "acceptance_rate", "as_kernel",
-    "build_proposals", "draw", "verify_draft", "calibration_covariance", "cosine_affinity", "covariance_affinity",
+    "build_proposals", "draw", "verify_draft", "InverseCdf", "calibration_covariance", "cosine_affinity", "covariance_affinity",
     "covariance_softmax_kernel", "emitted_counts", "keep_most_frequent", "oov_cap",
     "rdk_proposal", "residual", "sample_steps", "sparse_topk_kernel", "step_output_law",
     "synthetic", "tli_proposal", "total_variation", "vanilla_proposal", "verify_step",

@@ -15,12 +15,28 @@ from . import _backend as B
 from .validation import InputError, as_prob_array
 
 
+class InverseCdf:
+    """Inverse-CDF draws from non-negative ``weights`` (normalised on the fly), precomputed once.
+
+    ``self(u)`` maps uniforms ``u`` in [0, 1) to indices ``i`` with
+    ``cdf[i-1] <= u * total < cdf[i]``; an index of zero weight is never returned (rounding at
+    the top end is clamped to the last positive weight). For loops that draw many times from
+    the same law (simulators), build it once; :func:`draw` and :func:`sample_steps` use it too.
+    """
+
+    def __init__(self, weights):
+        w = np.asarray(weights, dtype=np.float64)
+        self.cdf = np.cumsum(w)
+        self.total = float(self.cdf[-1])
+        positive = np.flatnonzero(w > 0)
+        self.last = int(positive[-1]) if positive.size else -1
+
+    def __call__(self, u):
+        return np.minimum(np.searchsorted(self.cdf, np.asarray(u) * self.total, side="right"), self.last)
+
+
 def _inverse_cdf(weights, u):
-    """Indices ``i`` with ``cdf[i-1] <= u * total < cdf[i]``; a zero weight is never returned."""
-    cdf = np.cumsum(weights)
-    idx = np.searchsorted(cdf, u * cdf[-1], side="right")
-    last = int(np.flatnonzero(weights > 0)[-1])
-    return np.minimum(idx, last)
+    return InverseCdf(weights)(u)
 
 
 def _inverse_cdf_torch(weights, u):

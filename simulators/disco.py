@@ -30,6 +30,7 @@ from __future__ import annotations
 import numpy as np
 
 from rdk_theory.acceptance import acceptance_rate
+from rdk_theory.sampling import InverseCdf
 from rdk_theory.validation import InputError
 
 
@@ -166,8 +167,7 @@ def run_policy(target, proposal_fn, n_tokens: int, c: float, rng, *, policy="sta
         proposed, dctx = [], ctx
         for _ in range(cap):
             e = law.get(dctx)
-            u = rng.random()
-            x = int(np.searchsorted(e.r_cdf, u, side="right")) if u < e.r_mass else -1
+            x = e.draft(rng.random())
             proposed.append(x)
             if x < 0:  # a drafter token the target lacks: it will be rejected; stop drafting
                 break
@@ -200,24 +200,27 @@ def run_policy(target, proposal_fn, n_tokens: int, c: float, rng, *, policy="sta
 
 
 class _Entry:
-    """Float64 laws at one context with cumulative sums for inverse-CDF draws."""
+    """Float64 laws at one context with inverse-CDF samplers built once (the core's
+    :class:`rdk_theory.sampling.InverseCdf`, as in every verification step of the toolkit)."""
 
     def __init__(self, p, r):
         self.p, self.r = p, r
-        self.r_mass = float(r.sum())
-        self.r_cdf = np.cumsum(r)
-        self.p_cdf = np.cumsum(p) / p.sum()
+        self.r_draw = InverseCdf(r)  # r may be sub-stochastic: its total is the drafting mass
+        self.p_draw = InverseCdf(p)
         excess = np.maximum(p - r, 0.0)
-        tot = excess.sum()
-        self.res_cdf = np.cumsum(excess) / tot if tot > 0 else None
-        self.last_p = int(np.flatnonzero(p > 0)[-1])
-        self.last_res = int(np.flatnonzero(excess > 0)[-1]) if tot > 0 else -1
+        # the residual is empty only if r = p up to round-off: then p itself is the residual
+        self.res_draw = InverseCdf(excess) if excess.sum() > 0 else self.p_draw
+
+    def draft(self, u: float) -> int:
+        """The drafted token for a uniform ``u``, or -1 (a drafter token the target lacks)."""
+        mass = self.r_draw.total
+        return int(self.r_draw(u / mass)) if u < mass else -1
 
     def draw_target(self, rng):
-        return min(int(np.searchsorted(self.p_cdf, rng.random(), side="right")), self.last_p)
+        return int(self.p_draw(rng.random()))
 
     def draw_residual(self, rng):
-        return min(int(np.searchsorted(self.res_cdf, rng.random(), side="right")), self.last_res)
+        return int(self.res_draw(rng.random()))
 
 
 class _LawCache:

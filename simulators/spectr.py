@@ -30,6 +30,7 @@ from rdk_theory.multidraft import (
     one_minus_inv_e,
     optimal_acceptance_lp,
 )
+from rdk_theory.sampling import InverseCdf
 from rdk_theory.validation import InputError
 
 
@@ -84,10 +85,10 @@ def kseq_sample(p, q, rho: float, k: int, n: int, rng) -> tuple[np.ndarray, np.n
     p = np.asarray(p, dtype=np.float64)
     q = np.asarray(q, dtype=np.float64)
     n, k = int(n), int(k)
-    mass = q.sum()
-    cdf = np.cumsum(q)
+    q_draw = InverseCdf(q)  # q may be sub-stochastic: its total is the drafting mass
+    mass = q_draw.total
     u = rng.random((n, k))
-    drafts = np.where(u < mass, np.minimum(np.searchsorted(cdf, u, side="right"), p.size - 1), -1)
+    drafts = np.where(u < mass, q_draw(u / mass) if mass > 0 else 0, -1)
     safe = np.where(drafts >= 0, drafts, 0)
     ratio = np.where(drafts >= 0, p[safe] / (rho * np.where(q[safe] > 0, q[safe], 1.0)), 0.0)
     ok = rng.random((n, k)) < np.minimum(ratio, 1.0)
@@ -98,9 +99,7 @@ def kseq_sample(p, q, rho: float, k: int, n: int, rng) -> tuple[np.ndarray, np.n
     excess = np.maximum(p - a, 0.0)
     rej = np.flatnonzero(~any_ok)
     if rej.size:
-        rcdf = np.cumsum(excess) / excess.sum()
-        last = int(np.flatnonzero(excess > 0)[-1])
-        tokens[rej] = np.minimum(np.searchsorted(rcdf, rng.random(rej.size), side="right"), last)
+        tokens[rej] = InverseCdf(excess)(rng.random(rej.size))
     return tokens, any_ok
 
 

@@ -126,3 +126,13 @@ def test_verify_draft_matches_the_step_law():
     assert_matches_law(counts, p, "verify_draft")
     # the same r = p edge case as sample_steps: never an empty residual
     assert rt.verify_draft(p, p, 2, rng) == (2, True)
+
+
+def test_inverse_cdf_never_returns_a_zero_weight_even_at_the_top_end():
+    w = np.array([0.1, 0.0, 0.7, 0.2, 0.0, 0.0])
+    draw = rt.InverseCdf(w)
+    u = np.array([0.0, 0.1, np.nextafter(0.1, 0), 0.8, np.nextafter(1.0, 0)])
+    got = draw(u)
+    assert list(got) == [0, 2, 0, 3, 3]
+    assert np.all(w[got] > 0)
+    assert rt.InverseCdf(np.zeros(3)).last == -1
