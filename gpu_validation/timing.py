@@ -16,7 +16,7 @@ import numpy as np
 
 from rdk_theory.acceptance import acceptance_rate
 from rdk_theory.first_order import FirstOrderCovarianceKernel
-from rdk_theory.kernels import DenseKernel
+from rdk_theory._backend import softmax
 from rdk_theory.proposals import tli_proposal
 from rdk_theory.vocab import VocabMap
 
@@ -27,9 +27,7 @@ GPU_DENSE_MAX = 32768  # N x N float32 = 4 GiB
 
 
 def _laws(rng, shape, sharp=3.0):
-    x = rng.standard_normal(shape) * sharp
-    e = np.exp(x - x.max(axis=-1, keepdims=True))
-    return e / e.sum(axis=-1, keepdims=True)
+    return softmax(rng.standard_normal(shape) * sharp)
 
 
 def _timer(fn, device: str, repeats: int) -> float:
@@ -82,9 +80,7 @@ def sweep(*, device: str = "cpu", sizes=None, batches=(1, 64), calib_rows: int =
                 import torch
 
                 to = lambda a: torch.as_tensor(a, dtype=torch.float32, device="cuda")  # noqa: E731
-                p, q, qf = to(p), to(q), to(qf)
-                if dense is not None:
-                    dense = DenseKernel(dense.matrix.astype(np.float32), check=False)
+                p, q, qf = to(p), to(q), to(qf)  # kernels move to the tensors' device/dtype once
             kern = {"first_order": fo, "dense_exact": dense}
             row = {"n": int(n), "batch": int(b), "device": device}
             row["floor_s"] = _timer(lambda: acceptance_rate(p, qf, check=False), device, repeats)
