@@ -31,6 +31,7 @@ import numpy as np
 
 from rdk_theory.tokens import (BYTE_DECODER, SPECIAL_PREFIX, canonical_tokens,  # noqa: F401
                                token_bytes, token_family)
+from rdk_theory.acceptance import oov_cap
 from rdk_theory.vocab import VocabMap
 
 
@@ -107,9 +108,7 @@ def oov_cap_by_strings(target_probs, draft: TokenList, target: TokenList) -> np.
 
 def oov_caps(target_probs, next_ids, source, texts, vm: VocabMap) -> dict:
     """Mean ``p(I)`` overall and per text, and the fraction of actual next tokens inside I."""
-    from .pruning import kept_mass
-
-    cap = kept_mass(target_probs, vm)
+    cap = oov_cap(np.asarray(target_probs, dtype=np.float64), vm, check=False)
     inside = vm.in_target_mask
     ok = next_ids >= 0
     out = {"mean": float(cap.mean()), "min": float(cap.min()),

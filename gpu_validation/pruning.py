@@ -2,8 +2,9 @@
 
 A pruned drafter shares the target's tokenizer but its LM head is cut to a kept subset of ids;
 its next-token law is the drafter's softmax restricted to the kept ids and renormalised, which
-is exactly ``q[kept] / q(kept)`` computed from the full distribution. So one teacher-forced pass
-of the full drafter serves every kept size.
+is exactly ``q[kept] / q(kept)`` computed from the full distribution
+(:func:`rdk_theory.vocab.pruned_draft_probs`). So one teacher-forced pass of the full drafter
+serves every kept size; the kept set's target mass is :func:`rdk_theory.acceptance.oov_cap`.
 
 Frequencies: unigram counts of the calibration token ids. A few KB of text name only a few
 thousand distinct ids, so ties (most ids have count 0) are broken by the lower id first
@@ -31,21 +32,6 @@ def token_counts(token_ids, vocab_size: int) -> np.ndarray:
 def pruned_vocab_map(counts, k: int) -> VocabMap:
     """The :class:`VocabMap` of a drafter that keeps the ``k`` most frequent ids of ``counts``."""
     return VocabMap.from_kept_ids(keep_most_frequent(counts, k), len(counts))
-
-
-def restrict_drafter(draft_probs_full, vocab_map: VocabMap) -> np.ndarray:
-    """Pruned drafter law ``q[kept] / q(kept)``, (..., K) float64, from full-vocabulary ``q``.
-
-    Every row of a softmax is positive, so ``q(kept) > 0`` and no row is empty.
-    """
-    q = np.asarray(draft_probs_full, dtype=np.float64)[..., vocab_map.draft_to_target]
-    return q / q.sum(axis=-1, keepdims=True)
-
-
-def kept_mass(target_probs, vocab_map: VocabMap) -> np.ndarray:
-    """Target mass on the kept set, ``p(I)`` per context: the OOV cap of vanilla and TLI."""
-    p = np.asarray(target_probs, dtype=np.float64)
-    return p[..., vocab_map.intersection].sum(axis=-1)
 
 
 def kept_sizes_from_fractions(fractions, vocab_size: int) -> list[int]:

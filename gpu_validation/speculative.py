@@ -17,8 +17,8 @@ import numpy as np
 
 from rdk_theory.acceptance import acceptance_rate
 from rdk_theory.sampling import draw, verify_draft
+from rdk_theory.vocab import pruned_draft_probs
 
-from .pruning import restrict_drafter
 
 
 def _softmax_last(logits) -> np.ndarray:
@@ -63,7 +63,7 @@ def generate(target, drafter, prompt_ids, vocab_map, make_proposal, *, gamma: in
         ctx = list(tokens)
         for _ in range(gamma):
             q = _softmax_last(drf.feed(ctx)[-1])
-            r = make_proposal(restrict_drafter(q, vocab_map))
+            r = make_proposal(pruned_draft_probs(q, vocab_map))
             x = draw(r, rng) if r.sum() > 0 else -1
             if x < 0:
                 break

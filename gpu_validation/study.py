@@ -10,11 +10,12 @@ from __future__ import annotations
 
 import numpy as np
 
-from rdk_theory.acceptance import acceptance_rate
+from rdk_theory.acceptance import acceptance_rate, oov_cap
 from rdk_theory.sampling import sample_steps
+from rdk_theory.vocab import pruned_draft_probs
 
 from . import agreement
-from .pruning import kept_mass, pruned_vocab_map, restrict_drafter
+from .pruning import pruned_vocab_map
 from .samplers import SAMPLERS, KeptRowsTopK, build_kernels, pick_tau, proposals
 
 
@@ -41,7 +42,7 @@ def acceptance_study(p, q, counts, kept_sizes, *, mu, factor, p_cal, q_cal, n_st
     p_cal, q_cal = p_cal[cal_sel], q_cal[cal_sel]
     for K in kept_sizes:
         vm = pruned_vocab_map(counts, K)
-        qk_cal = restrict_drafter(q_cal, vm)
+        qk_cal = pruned_draft_probs(q_cal, vm)
         p_cal64 = np.asarray(p_cal, dtype=np.float64)
         from rdk_theory.first_order import FirstOrderCovarianceKernel
 
@@ -61,9 +62,9 @@ def acceptance_study(p, q, counts, kept_sizes, *, mu, factor, p_cal, q_cal, n_st
         cap = []
         for s0 in range(0, p.shape[0], chunk):
             pc = np.asarray(p[s0:s0 + chunk], dtype=np.float64)
-            qk = restrict_drafter(q[s0:s0 + chunk], vm)
+            qk = pruned_draft_probs(q[s0:s0 + chunk], vm)
             props = proposals(qk, vm, kernels)
-            cap.append(kept_mass(pc, vm))
+            cap.append(oov_cap(pc, vm, check=False))
             for s, r in props.items():
                 a = acceptance_rate(pc, r, check=False)
                 pred[s].append(a)

@@ -28,18 +28,12 @@ from .kernels import MarginalKernel, covariance_softmax_kernel
 from .proposals import build_proposals
 from .synthetic import zipfian_lm
 from .validation import InputError
-from .vocab import VocabMap, keep_most_frequent
+from .vocab import VocabMap, keep_most_frequent, pruned_draft_probs
 
 COLUMNS = ("vanilla", "tli", "rdk_exact", "rdk_first_order", "marginal")
 DEFAULT_KEEP = (1.0, 0.5, 0.25, 0.1, 0.05)
 #: tau candidates, as multiples of default_tau (max calibration variance).
 TAU_MULTIPLIERS = (1e-4, 3e-4, 1e-3, 3e-3, 1e-2, 1e-1, 1.0)
-
-
-def _prune(draft_probs, kept):
-    """The pruned drafter: its LM head cut to ``kept`` = softmax over the kept logits."""
-    q = draft_probs[:, kept]
-    return q / q.sum(axis=1, keepdims=True)
 
 
 def _mean_alpha(p, r):
@@ -60,7 +54,7 @@ def synthetic_report(*, n: int, contexts: int, calibration: int, keep, seed: int
     for frac in progress(keep, desc="kept fractions", enabled=show_progress):
         k = max(1, int(round(frac * n)))
         vm = VocabMap.from_kept_ids(keep_most_frequent(freq, k), n)
-        q = _prune(lm.draft_probs, vm.draft_to_target)
+        q = pruned_draft_probs(lm.draft_probs, vm)
         p = lm.target_probs
         props = build_proposals(q, vm, check=False)
         best, best_score, kernel = 0, -1.0, None

@@ -149,6 +149,19 @@ class VocabMap:
         return cls(len(target_tokens), mapped)
 
 
+def pruned_draft_probs(draft_probs_full, vocab_map: VocabMap) -> np.ndarray:
+    """The pruned drafter's law ``q[kept] / q(kept)``, (..., K) float64, from the full drafter's.
+
+    A drafter whose LM head is cut to the kept ids has the softmax of the kept logits, which is
+    exactly this renormalised restriction; so one pass of the full drafter serves every K.
+    ``vocab_map`` is a pruned map (:meth:`VocabMap.from_kept_ids`).
+    """
+    if not vocab_map.is_pruned:
+        raise InputError("pruned_draft_probs needs a pruned map (every drafter id in the target)")
+    q = np.asarray(draft_probs_full, dtype=np.float64)[..., vocab_map.draft_to_target]
+    return q / q.sum(axis=-1, keepdims=True)
+
+
 def keep_most_frequent(token_counts, k: int) -> np.ndarray:
     """Ids of the ``k`` most frequent tokens of a count vector (ties: lower id first), sorted.
 

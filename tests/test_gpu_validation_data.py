@@ -7,8 +7,9 @@ import pytest
 from scipy import stats as sstats
 
 from gpu_validation import agreement, collect, pruning, samplers, topk
-from rdk_theory.acceptance import acceptance_rate
+from rdk_theory.acceptance import acceptance_rate, oov_cap
 from rdk_theory.kernels import calibration_covariance
+from rdk_theory.vocab import pruned_draft_probs
 from tests import stats
 from tests.tolerances import FLOAT32_ATOL, FLOAT64_ATOL
 
@@ -59,9 +60,9 @@ def test_pruning_restricts_and_renormalises():
     vm = pruning.pruned_vocab_map(counts, 3)
     assert vm.intersection.tolist() == [0, 1, 3]  # ties broken by the lower id
     q = np.array([[0.1, 0.2, 0.3, 0.2, 0.1, 0.1]])
-    qk = pruning.restrict_drafter(q, vm)
+    qk = pruned_draft_probs(q, vm)
     np.testing.assert_allclose(qk, [[0.2, 0.4, 0.4]], atol=FLOAT64_ATOL)
-    np.testing.assert_allclose(pruning.kept_mass(q, vm), [0.5], atol=FLOAT64_ATOL)
+    np.testing.assert_allclose(oov_cap(q, vm), [0.5], atol=FLOAT64_ATOL)
     assert pruning.kept_sizes_from_fractions([1.0, 0.5, 1e-9], 10) == [10, 5, 1]
     with pytest.raises(ValueError):
         pruning.token_counts([7], 6)
@@ -71,10 +72,10 @@ def test_pruned_vanilla_equals_tli_and_respects_the_oov_cap():
     rng = np.random.default_rng(3)
     p, q = _laws(rng, 6, 200).astype(np.float64), _laws(rng, 6, 200)
     vm = pruning.pruned_vocab_map(rng.integers(0, 5, 200), 50)
-    props = samplers.proposals(pruning.restrict_drafter(q, vm), vm, {})
+    props = samplers.proposals(pruned_draft_probs(q, vm), vm, {})
     np.testing.assert_allclose(props["vanilla"], props["tli"], atol=FLOAT64_ATOL)
     assert np.all(acceptance_rate(p, props["tli"], check=False)
-                  <= pruning.kept_mass(p, vm) + FLOAT64_ATOL)
+                  <= oov_cap(p, vm) + FLOAT64_ATOL)
 
 
 def test_calibration_factor_reproduces_the_covariance():
