@@ -19,26 +19,11 @@ def _plt():
 
 
 def acceptance_vs_kept(study: dict, path: Path, title: str) -> Path:
-    plt = _plt()
-    rows = sorted(study["rows"], key=lambda r: r["keep_fraction"])
-    fig, ax = plt.subplots(figsize=(6.4, 4.2))
-    x = [r["keep_fraction"] for r in rows]
-    for s, (label, marker, ls) in SAMPLER_STYLE.items():
-        pts = [(r["keep_fraction"], r[s]) for r in rows if r.get(s) is not None]
-        if pts:
-            ax.plot(*zip(*pts), marker=marker, ls=ls, label=label)
-    ax.plot(x, [r["oov_cap"] for r in rows], "k:", label="OOV cap p(I)")
-    ax.set_xscale("log")
-    ax.set_xticks(x, [f"{r['kept']:,}\n{100 * f:.1f}%" for r, f in zip(rows, x)], fontsize=7)
-    ax.minorticks_off()
-    ax.set_xlabel("kept drafter vocabulary (K, fraction of N)")
-    ax.set_ylabel("mean acceptance alpha")
-    ax.set_title(title, fontsize=9)
-    ax.grid(alpha=0.3)
-    ax.legend(fontsize=7)
-    fig.tight_layout()
-    fig.savefig(path, dpi=110)
-    plt.close(fig)
+    """The core report's figure (:func:`rdk_theory.report.plot_report`) for a run's study rows."""
+    from rdk_theory.report import plot_report
+
+    plot_report({"source": "real", "title": title, "rows": study["rows"],
+                 "labels": {s: label for s, (label, _, _) in SAMPLER_STYLE.items()}}, path)
     return path
 
 

@@ -49,6 +49,7 @@ def real_pair_report(args) -> dict | None:
                         "(skipped above K=%d); tau picked on calibration positions."
                         % (16384 if quick else 40000)),
         "keep_fractions": fractions, "rows": rows,
+        "labels": {"rdk_exact": "exact RDK (sparse top-16 covariance kernel)"},
         "meta": {"positions": positions, "models": {"target": tgt.info, "drafter": drf.info},
                  "taus": {str(k): {s: v for s, v in t.items() if s != "calibration_alpha_by_tau"}
                           for k, t in st["taus"].items()}},

@@ -114,6 +114,11 @@ def format_table(report: dict) -> str:
 
 
 def plot_report(report: dict, path: str) -> None:
+    """Mean acceptance vs kept fraction, one line per sampler, and the OOV cap.
+
+    ``report["rows"]`` as returned by the sources; optional ``report["title"]`` and
+    ``report["labels"]`` (sampler -> legend label, overriding the defaults).
+    """
     import matplotlib
 
     matplotlib.use("Agg")
@@ -125,7 +130,7 @@ def plot_report(report: dict, path: str) -> None:
     styles = {"vanilla": ":", "tli": "-", "rdk_exact": "-", "rdk_first_order": "--", "marginal": "-"}
     labels = {"vanilla": "vanilla", "tli": "TLI", "rdk_exact": "exact RDK (covariance kernel)",
               "rdk_first_order": "first-order RDK (same tau)",
-              "marginal": "exact RDK (rank-one marginal kernel)"}
+              "marginal": "exact RDK (rank-one marginal kernel)", **report.get("labels", {})}
     for c in COLUMNS:
         pts = [(r["keep_fraction"], r[c]) for r in rows if r.get(c) is not None]
         if pts:
@@ -133,13 +138,13 @@ def plot_report(report: dict, path: str) -> None:
     ax.plot(x, [r["oov_cap"] for r in rows], color="black", lw=1, ls="-.",
             label="OOV cap p(I) (TLI bound)")
     ax.set_xscale("log")
-    ax.set_xticks(x, [f"{r['kept']:,}\n{100 * f:g}%" for r, f in zip(rows, x)], fontsize=7)
+    ax.set_xticks(x, [f"{r['kept']:,}\n{100 * f:.3g}%" for r, f in zip(rows, x)], fontsize=7)
     ax.minorticks_off()
     ax.set_xlabel("kept drafter vocabulary (K, fraction of N)")
     ax.set_ylabel("mean acceptance rate alpha")
     ax.set_title(report.get("title", f"acceptance vs pruning ({report['source']})"), fontsize=10)
     ax.grid(alpha=0.3, which="both")
-    ax.legend(fontsize=8, loc="center right")
+    ax.legend(fontsize=8, loc="best")
     fig.tight_layout()
     fig.savefig(path, dpi=120)
     plt.close(fig)
