@@ -104,16 +104,19 @@ class DenseKernelTooLarge(InputError):
 
 def kernels_for(case: Case, kind: str = "identity", *, tau: float | None = None,
                 lam: float | None = None, need_exact: bool = True,
-                need_first_order: bool = False):
+                need_first_order: bool | None = None):
     """``(kernel, first_order)`` for exact and first-order RDK under the chosen kernel kind.
 
-    ``kernel`` is None unless ``need_exact``; ``first_order`` is built for
-    ``kind == 'covariance'`` or when ``need_first_order``, else None. ``tau=None`` uses
-    :func:`default_tau`; ``lam=None`` lets the marginal kernel use the calibration mass outside
-    ``I``. Raises :class:`DenseKernelTooLarge` when the exact covariance kernel would not fit.
+    ``kernel`` is None unless ``need_exact``. ``first_order`` is built when
+    ``need_first_order`` is True, or, when it is None, for ``kind == 'covariance'``; else None.
+    ``tau=None`` uses :func:`default_tau`; ``lam=None`` lets the marginal kernel use the
+    calibration mass outside ``I``. Raises :class:`DenseKernelTooLarge` when the exact covariance
+    kernel would not fit.
     """
     if kind not in KERNEL_CHOICES:
         raise InputError(f"unknown kernel '{kind}'; choose from {', '.join(KERNEL_CHOICES)}")
+    if need_first_order is None:
+        need_first_order = kind == "covariance"
     needs_cal = kind in ("marginal", "covariance") or need_first_order
     if needs_cal and case.calibration_probs is None:
         raise InputError(f"the {kind if kind != 'identity' else 'first-order'} kernel needs "
@@ -124,14 +127,17 @@ def kernels_for(case: Case, kind: str = "identity", *, tau: float | None = None,
         raise InputError(f"--lam must be in [0, 1], got {lam}")
     if needs_cal and tau is None:
         tau = default_tau(case.calibration_probs)
-    kernel = None
-    if not need_exact:
-        pass
-    elif kind == "identity":
-        kernel = IdentityKernel()
-    elif kind == "marginal":
-        kernel = MarginalKernel.from_calibration(case.calibration_probs, case.vocab_map, lam)
-    elif kind == "covariance":
+    kernel = _exact_kernel(case, kind, tau, lam) if need_exact else None
+    first = FirstOrderCovarianceKernel(case.calibration_probs, tau) if need_first_order else None
+    return kernel, first
+
+
+def _exact_kernel(case: Case, kind: str, tau, lam):
+    if kind == "identity":
+        return IdentityKernel()
+    if kind == "marginal":
+        return MarginalKernel.from_calibration(case.calibration_probs, case.vocab_map, lam)
+    if kind == "covariance":
         n = case.vocab_map.n_target
         if 8 * n * n > DENSE_KERNEL_MAX_BYTES:
             raise DenseKernelTooLarge(
@@ -139,12 +145,7 @@ def kernels_for(case: Case, kind: str = "identity", *, tau: float | None = None,
                 f"the limit is {DENSE_KERNEL_MAX_BYTES / 2**30:.0f} GiB (use the first-order "
                 "sampler, or a sparse kernel from Python)"
             )
-        kernel = covariance_softmax_kernel(case.calibration_probs, tau)
-    else:
-        if case.kernel is None:
-            raise InputError("--kernel dense needs a 'kernel' (N_T, N_T) array in the case file")
-        kernel = DenseKernel(case.kernel)
-    first = None
-    if kind == "covariance" or need_first_order:
-        first = FirstOrderCovarianceKernel(case.calibration_probs, tau)
-    return kernel, first
+        return covariance_softmax_kernel(case.calibration_probs, tau)
+    if case.kernel is None:
+        raise InputError("--kernel dense needs a 'kernel' (N_T, N_T) array in the case file")
+    return DenseKernel(case.kernel)

@@ -75,7 +75,7 @@ def cmd_sample(args) -> int:
                                 need_exact=args.sampler == "rdk_exact", need_first_order=need_fo)
     q = case.draft_probs[args.context: args.context + 1]
     props = build_proposals(q, case.vocab_map, kernel=kernel,
-                            first_order=first if need_fo else None, check=False)
+                            first_order=first, check=False)
     r = props[args.sampler][0]
     p = case.target_probs[args.context]
     tokens, accepted = sample_steps(p, r, args.n, np.random.default_rng(args.seed), check=False)
