@@ -4,19 +4,18 @@ Synthetic inputs at each N (random softmax laws; a random calibration set of ``S
 the factor): the timed operation is ``tli_proposal -> kernel.transport -> acceptance_rate`` for
 a batch of contexts, the drafter pruned to half the vocabulary. The memory floor is the time to
 read ``p`` and ``q`` once (``sum(min(p, q))`` over the same arrays). On CUDA every timing is
-bracketed by ``torch.cuda.synchronize()``; every configuration is warmed up first and the
-median of ``repeats`` runs is reported. The log-log slope of time vs N is fitted by least
+bracketed by ``torch.cuda.synchronize()``; the methods of one (N, batch) cell are warmed up and
+timed round-robin (:func:`rdk_theory._timing.median_times`), the median of ``repeats`` runs each. The log-log slope of time vs N is fitted by least
 squares over the N values measured (about 1 for first-order, 2 for dense exact).
 """
 from __future__ import annotations
-
-import time
 
 import numpy as np
 
 from rdk_theory.acceptance import acceptance_rate
 from rdk_theory.first_order import FirstOrderCovarianceKernel
 from rdk_theory._backend import softmax
+from rdk_theory._timing import median_times
 from rdk_theory.proposals import tli_proposal
 from rdk_theory.vocab import VocabMap
 
@@ -28,19 +27,6 @@ GPU_DENSE_MAX = 32768  # N x N float32 = 4 GiB
 
 def _laws(rng, shape, sharp=3.0):
     return softmax(rng.standard_normal(shape) * sharp)
-
-
-def _timer(fn, device: str, repeats: int) -> float:
-    sync = (lambda: __import__("torch").cuda.synchronize()) if device == "cuda" else (lambda: None)
-    fn()  # warm-up
-    sync()
-    times = []
-    for _ in range(repeats):
-        t0 = time.perf_counter()
-        fn()
-        sync()
-        times.append(time.perf_counter() - t0)
-    return float(np.median(times))
 
 
 def slope(ns, ts) -> float | None:
@@ -76,22 +62,25 @@ def sweep(*, device: str = "cpu", sizes=None, batches=(1, 64), calib_rows: int =
             q = _laws(rng, (b, vm.n_draft))
             qf = np.zeros((b, n))
             qf[:, vm.draft_to_target] = q
+            sync = None
             if device == "cuda":
                 import torch
 
+                sync = torch.cuda.synchronize
                 to = lambda a: torch.as_tensor(a, dtype=torch.float32, device="cuda")  # noqa: E731
                 p, q, qf = to(p), to(q), to(qf)  # kernels move to the tensors' device/dtype once
             kern = {"first_order": fo, "dense_exact": dense}
             row = {"n": int(n), "batch": int(b), "device": device}
-            row["floor_s"] = _timer(lambda: acceptance_rate(p, qf, check=False), device, repeats)
-            for name, k in kern.items():
-                if k is None:
-                    row[f"{name}_s"] = None
-                    continue
-                row[f"{name}_s"] = _timer(
-                    lambda k=k: acceptance_rate(p, k.transport(tli_proposal(q, vm, check=False)),
-                                                check=False), device, repeats)
-                row[f"{name}_ratio_to_floor"] = row[f"{name}_s"] / row["floor_s"]
+            fns = {"floor": lambda: acceptance_rate(p, qf, check=False)}
+            fns.update({name: (lambda k=k: acceptance_rate(
+                p, k.transport(tli_proposal(q, vm, check=False)), check=False))
+                for name, k in kern.items() if k is not None})
+            t = median_times(fns, repeats, sync=sync)  # one cell, round-robin
+            row["floor_s"] = t["floor"]
+            for name in kern:
+                row[f"{name}_s"] = t.get(name)
+                if name in t:
+                    row[f"{name}_ratio_to_floor"] = t[name] / t["floor"]
             rows.append(row)
             if progress is not None:
                 progress.update(1)

@@ -16,12 +16,18 @@ order in ``max |B_ij|`` and ``|alpha_exact - alpha_fo| <= TV(q''_exact, q''_fo)`
 
 The class has the kernel interface (``n``, ``transport``), so it is one pluggable implementation
 of "an approximation of ``M^T q'``"; another formula would be another class with ``transport``.
+
+Engines for numpy float64 input: ``"numpy"`` (two thin BLAS products and element-wise passes;
+the reference) and ``"fused"`` (one compiled two-pass loop per row, :mod:`rdk_theory._fused`,
+needs numba). ``"auto"`` (the default) takes the fused one when numba is installed. Torch
+tensors and exact ``Fraction`` arrays always take the array path of their own backend.
 """
 from __future__ import annotations
 
 import numpy as np
 
 from . import _backend as B
+from . import _fused
 from .kernels import _DeviceCache
 from .validation import InputError, as_prob_array
 
@@ -33,9 +39,13 @@ class FirstOrderCovarianceKernel:
       calibration_probs: (S, N_T) calibration next-token distributions ``p_c``.
       tau: softmax temperature (> 0); the approximation error shrinks as ``tau`` grows.
       rank: optional truncation of ``C`` to its top ``rank`` singular directions.
+      engine: ``"auto"``, ``"fused"`` or ``"numpy"`` (see the module docstring).
+      factor_dtype: ``"float64"`` (default) or ``"float32"``: store ``C`` rounded to float32,
+        which halves the bytes the fused engine reads per call (see :meth:`_setup`).
     """
 
-    def __init__(self, calibration_probs, tau: float, *, rank: int | None = None):
+    def __init__(self, calibration_probs, tau: float, *, rank: int | None = None,
+                 engine: str = "auto", factor_dtype: str = "float64"):
         cal = as_prob_array(calibration_probs, "calibration_probs")
         if cal.ndim != 2:
             raise InputError(f"calibration_probs must be (S, N_T), got shape {cal.shape}")
@@ -51,10 +61,34 @@ class FirstOrderCovarianceKernel:
                 raise InputError(f"rank must be in [1, {min(s, n)}], got {rank}")
             u, sv, vt = np.linalg.svd(c, full_matrices=False)
             c = sv[:rank, None] * vt[:rank]
-        self._setup(c, tau)
+        self._setup(c, tau, engine, factor_dtype)
 
-    def _setup(self, factor, tau):
-        c = np.asarray(factor, dtype=np.float64)
+    def _setup(self, factor, tau, engine, factor_dtype="float64"):
+        """Precompute everything one call needs.
+
+        With ``factor_dtype="float32"`` the kernel is, **[definition]**, the first-order kernel
+        of ``C~ = round32(C) - (row means) 1^T``: the float32 rounding re-centred in float64 so
+        that its rows sum to 0 again (the property that makes ``q''`` sum to ``sum q'``). Every
+        engine computes that same kernel: the numpy engine from ``C~`` in float64, the fused
+        engine from the float32 copy plus a per-row shift, so the engines still agree to
+        float64 round-off. ``C~`` is within a relative 2^-24 (plus a shift of the same order)
+        of ``C``.
+        """
+        if engine not in ("auto", "fused", "numpy"):
+            raise InputError(f"engine must be 'auto', 'fused' or 'numpy', got {engine!r}")
+        if engine == "fused" and not _fused.available():
+            raise InputError("engine='fused' needs numba: pip install 'rdk-theory[fast]'")
+        self.engine = engine
+        c = np.ascontiguousarray(factor, dtype=np.float64)
+        if factor_dtype == "float32":
+            stored = c.astype(np.float32)
+            shift = stored.sum(axis=1, dtype=np.float64) / c.shape[1]
+            c = stored.astype(np.float64) - shift[:, None]
+        elif factor_dtype == "float64":
+            stored, shift = c, np.zeros(c.shape[0])
+        else:
+            raise InputError(f"factor_dtype must be 'float64' or 'float32', got {factor_dtype!r}")
+        self.factor_dtype = factor_dtype
         self.factor, self.tau, self.n = c, float(tau), int(c.shape[1])
         a = (c * c).sum(axis=0) / self.tau  # diag(Omega) / tau, >= 0
         # Z = exp(a) + N - 1 - a >= N > 0. Written with exp(-a) so a large a cannot overflow:
@@ -68,10 +102,12 @@ class FirstOrderCovarianceKernel:
         self._left = np.vstack([c * self.inv_z, self.inv_z[None, :]])  # (S + 1, N)
         self._right = np.vstack([c / self.tau, np.ones((1, self.n))])  # (S + 1, N)
         self._coef = self.diag_coef - self.a * self.inv_z
+        self._fused_arrays = (stored, shift, self.inv_z, self._coef, self.tau)
         self._torch = _DeviceCache()
 
     @classmethod
-    def from_factor(cls, factor, tau: float):
+    def from_factor(cls, factor, tau: float, *, engine: str = "auto",
+                    factor_dtype: str = "float64"):
         """Build from a precomputed factor ``C`` (S or r, N) with ``Omega = C^T C``."""
         if not tau > 0:
             raise InputError(f"tau must be > 0, got {tau}")
@@ -84,7 +120,7 @@ class FirstOrderCovarianceKernel:
                 f"factor row {int(np.argmax(drift))} does not sum to 0: a first-order factor must "
                 "come from centred calibration rows (then Omega's rows sum to 0)")
         obj = cls.__new__(cls)
-        obj._setup(factor, tau)
+        obj._setup(factor, tau, engine, factor_dtype)
         return obj
 
     def _arrays(self, like):
@@ -115,6 +151,8 @@ class FirstOrderCovarianceKernel:
         returned as is; either way the returned vector is the one to sample, divide by and
         build the residual from.
         """
+        if self._use_fused(q_prime):
+            return _fused.first_order(q_prime, None, self._fused_arrays)[0]
         out = self.transport_unclipped(q_prime)
         if B.is_torch(out):
             if bool((out < 0).any()):
@@ -125,6 +163,28 @@ class FirstOrderCovarianceKernel:
             np.maximum(out, 0.0, out=out)
             out *= B.safe_divide(B.total(q_prime, keepdims=True), B.total(out, keepdims=True))
         return out
+
+    def transport_with_acceptance(self, q_prime, target_probs):
+        """``(q'', alpha(p, q''))``: the proposal of :meth:`transport` and its acceptance.
+
+        With the fused engine both come out of the same two passes over each row (the
+        acceptance costs no extra read of the proposal); otherwise this is
+        ``transport`` followed by :func:`rdk_theory.acceptance_rate` on trusted arrays.
+        """
+        if self._use_fused(q_prime) and not B.is_torch(target_probs) and not B.is_exact(target_probs):
+            return _fused.first_order(q_prime, target_probs, self._fused_arrays)
+        out = self.transport(q_prime)
+        return out, B.total(B.minimum(target_probs, out))
+
+    def _use_fused(self, q_prime) -> bool:
+        if self.engine == "numpy" or B.is_torch(q_prime) or B.is_exact(q_prime):
+            return False
+        usable = (isinstance(q_prime, np.ndarray) and q_prime.dtype == np.float64
+                  and q_prime.ndim >= 1 and q_prime.size > 0)
+        if self.engine == "fused" and not usable:
+            raise InputError(f"engine='fused' takes a non-empty numpy float64 array, got "
+                             f"{type(q_prime).__name__} {getattr(q_prime, 'dtype', '')}")
+        return usable and _fused.available()
 
     def max_offdiag_affinity(self) -> float:
         """``max_{i != j} |B_ij|`` (forms Omega: small N only, for error checks)."""

@@ -1,0 +1,148 @@
+"""The fused first-order engine (numba) against the numpy reference engine.
+
+The two engines compute the same formula in a different summation order, so they agree to
+float64 round-off (``tests.tolerances``), including rows that need the clip, chunk and block
+boundaries, and every remainder of the rank modulo the four-row unrolling.
+"""
+import numpy as np
+import pytest
+
+import rdk_theory as rt
+from rdk_theory import _fused
+from tests.tolerances import assert_close
+
+pytestmark = pytest.mark.skipif(not _fused.available(), reason="numba not installed (extra 'fast')")
+
+
+def _case(n, seed=0, s=12, batch=(5,), conc=0.3):
+    rng = np.random.default_rng(seed)
+    cal = rng.dirichlet(np.full(n, conc), size=s)
+    q = rng.dirichlet(np.full(n, 0.5), size=batch)
+    p = rng.dirichlet(np.full(n, 0.5), size=batch)
+    return cal, q, p
+
+
+def _pair(cal, tau, rank=None, factor_dtype="float64"):
+    return tuple(rt.FirstOrderCovarianceKernel(cal, tau, rank=rank, engine=e, factor_dtype=factor_dtype)
+                 for e in ("numpy", "fused"))
+
+
+@pytest.mark.parametrize("factor_dtype", ["float64", "float32"])
+@pytest.mark.parametrize("rank", [None, 1, 3, 4, 5, 8])
+@pytest.mark.parametrize("n", [7, 2048, 2049, 4500])
+def test_engines_agree_on_proposal_and_acceptance(n, rank, factor_dtype):
+    cal, q, p = _case(n, seed=n)
+    ref, fused = _pair(cal, 0.02, rank if rank is None or rank <= min(12, n) else None, factor_dtype)
+    r_ref = ref.transport(q)
+    r_fu, alpha = fused.transport_with_acceptance(q, p)
+    assert_close(r_fu, r_ref)
+    assert_close(fused.transport(q), r_ref)
+    assert_close(alpha, rt.acceptance_rate(p, r_ref))
+    _, alpha_ref = ref.transport_with_acceptance(q, p)
+    assert_close(alpha, alpha_ref)
+
+
+@pytest.mark.parametrize("factor_dtype", ["float64", "float32"])
+@pytest.mark.parametrize("chunk", [4, 7, 256])
+@pytest.mark.parametrize("rows", [1, 2, 3, 64])
+def test_clipped_rows_agree_for_every_block_and_chunk_size(rows, chunk, factor_dtype):
+    cal, q, p = _case(25, seed=3, batch=(7,))
+    ref, fused = _pair(cal, 3e-4, factor_dtype=factor_dtype)  # strongly non-linear: negatives
+    neg = ref.transport_unclipped(q).min(axis=-1) < 0
+    assert neg.any() and not neg.all(), neg  # clipped and unclipped rows in one batch
+    r_fu, alpha = _fused.first_order(q, p, fused._fused_arrays, rows=rows, chunk=chunk)
+    assert r_fu.min() >= 0
+    assert_close(r_fu, ref.transport(q))
+    assert_close(r_fu.sum(axis=-1), q.sum(axis=-1))
+    assert_close(alpha, rt.acceptance_rate(p, ref.transport(q)))
+    assert_close(fused.transport(q), ref.transport(q))
+
+
+def test_float32_factor_is_recentred_and_close_to_the_float64_kernel():
+    cal, q, p = _case(3000, seed=7, s=16, batch=(4,))
+    f64 = rt.FirstOrderCovarianceKernel(cal, 0.01, engine="numpy")
+    f32 = rt.FirstOrderCovarianceKernel(cal, 0.01, factor_dtype="float32")
+    stored, shift, *_ = f32._fused_arrays
+    assert stored.dtype == np.float32 and stored.nbytes == f64.factor.nbytes // 2
+    # C~ = round32(C) - shift: rows sum to 0 again, so q'' keeps the mass sum q' unclipped
+    assert np.abs(f32.factor.sum(axis=1)).max() <= 1e-15 * np.abs(f32.factor).sum(axis=1).max()
+    assert_close(f32.transport_unclipped(q).sum(axis=-1), q.sum(axis=-1))
+    # C~ is C up to float32 rounding, so the proposals differ by far less than the first-order
+    # error itself (which is O(max|B|^2)); 1e-6 in TV is a loose bound for 2^-24 relative
+    assert np.abs(f32.factor - f64.factor).max() <= 2.0**-23 * np.abs(f64.factor).max()
+    tv = rt.total_variation(f32.transport(q), f64.transport(q))
+    assert np.all(tv <= 1e-6), tv
+    with pytest.raises(rt.InputError, match="factor_dtype"):
+        rt.FirstOrderCovarianceKernel(cal, 0.01, factor_dtype="float16")
+
+
+def test_the_loops_run_as_plain_python_too():
+    """The same loops, un-jitted, give the same numbers: the kernel's logic, not numba's."""
+    cal, q, p = _case(25, seed=3, batch=(3,))
+    ref = rt.FirstOrderCovarianceKernel(cal, 3e-4, rank=6, engine="numpy", factor_dtype="float32")
+    out, alpha = np.empty_like(q), np.empty(3)
+    stored, shift, inv_z, coef, tau = ref._fused_arrays
+    _fused._first_order_py(q, p, True, stored, shift, inv_z, coef, 1 / tau, out, alpha, 8, 2)
+    assert_close(out, ref.transport(q))
+    assert_close(alpha, rt.acceptance_rate(p, ref.transport(q)))
+
+
+def test_shapes_zero_rows_and_sub_stochastic_input():
+    cal, q, p = _case(50, seed=1, batch=(2, 3))
+    ref, fused = _pair(cal, 0.05)
+    # leading axes are kept; a 1-D row gives a scalar acceptance
+    r, a = fused.transport_with_acceptance(q, p)
+    assert r.shape == q.shape and a.shape == (2, 3)
+    r1, a1 = fused.transport_with_acceptance(q[1, 2], p[1, 2])
+    assert r1.shape == (50,) and np.ndim(a1) == 0
+    assert_close(r1, ref.transport(q[1, 2]))
+    # q(I) = 0 gives the zero proposal (no proposal) and alpha = 0, as on the numpy engine
+    z = np.zeros((2, 50))
+    rz, az = fused.transport_with_acceptance(z, p[0, :2])
+    assert np.all(rz == 0) and np.all(az == 0)
+    # a sub-stochastic q' (vanilla-like) keeps its mass sum q'
+    half = q[0] * 0.5
+    assert_close(fused.transport(half), ref.transport(half))
+    assert_close(fused.transport(half).sum(axis=-1), 0.5)
+    # the input is never written to
+    before = q.copy()
+    fused.transport(q)
+    assert np.array_equal(q, before)
+
+
+def test_torch_and_fraction_inputs_take_their_own_backend():
+    cal, q, _ = _case(20, seed=2, batch=(2,))
+    fused = rt.FirstOrderCovarianceKernel(cal, 0.05, engine="fused")
+    torch = pytest.importorskip("torch")
+    got = fused.transport(torch.from_numpy(q))
+    assert isinstance(got, torch.Tensor)
+    assert_close(got.numpy(), fused.transport(q))
+
+
+def test_auto_falls_back_to_numpy_without_numba(monkeypatch):
+    cal, q, _ = _case(40, seed=4, batch=(3,))
+    ref = rt.FirstOrderCovarianceKernel(cal, 0.05, engine="numpy").transport(q)
+    monkeypatch.setattr(_fused, "available", lambda: False)
+    auto = rt.FirstOrderCovarianceKernel(cal, 0.05)
+    assert not auto._use_fused(q)
+    assert np.array_equal(auto.transport(q), ref)  # literally the numpy engine
+    with pytest.raises(rt.InputError, match="numba"):
+        rt.FirstOrderCovarianceKernel(cal, 0.05, engine="fused")
+    with pytest.raises(ImportError, match="numba"):
+        _fused.first_order(q, None, auto._fused_arrays)
+
+
+def test_bad_engine_and_bad_input_for_forced_fused():
+    cal, q, _ = _case(10, seed=6, batch=(2,))
+    with pytest.raises(rt.InputError, match="engine"):
+        rt.FirstOrderCovarianceKernel(cal, 0.05, engine="cuda")
+    fused = rt.FirstOrderCovarianceKernel(cal, 0.05, engine="fused")
+    with pytest.raises(rt.InputError, match="float64"):
+        fused.transport(q.astype(np.float32))
+
+
+def test_block_rows_grows_with_the_factor_and_never_exceeds_the_batch():
+    assert _fused.block_rows(64, 8 * 8 * 32_768) == 1  # rank 8 at 32K: 2 MiB, stays in cache
+    assert _fused.block_rows(64, 64 * 8 * 262_144) == 64  # S = 64 at 262K: 128 MiB
+    assert _fused.block_rows(3, 64 * 8 * 262_144) == 3
+    assert _fused.block_rows(1, 1) == 1

@@ -1,0 +1,28 @@
+"""The shared side-by-side timer and the O(N) timing sweep (structure, not speed: no timed test)."""
+import pytest
+
+from gpu_validation import timing
+from rdk_theory._timing import median_times
+
+
+def test_median_times_is_round_robin_after_one_warm_up_each():
+    calls = []
+    fns = {k: (lambda k=k: calls.append(k)) for k in "abc"}
+    syncs = []
+    t = median_times(fns, 3, sync=lambda: syncs.append(1))
+    assert calls == list("abc") + list("abc") * 3  # warm-up, then interleaved
+    assert len(syncs) == 1 + 9
+    assert set(t) == set("abc") and all(v >= 0 for v in t.values())
+    with pytest.raises(ValueError, match="repeats"):
+        median_times(fns, 0)
+
+
+def test_sweep_reports_every_cell_ratio_and_slope():
+    out = timing.sweep(sizes=(256, 512, 1024), batches=(1, 2), dense_max=512, repeats=1)
+    assert [(r["n"], r["batch"]) for r in out["rows"]] == [
+        (n, b) for n in (256, 512, 1024) for b in (1, 2)]
+    for r in out["rows"]:
+        assert r["floor_s"] > 0 and r["first_order_ratio_to_floor"] > 0
+        assert (r["dense_exact_s"] is None) == (r["n"] > 512)
+    assert set(out["slopes"]) == {f"{k}@batch{b}" for k in ("first_order", "dense_exact", "floor")
+                                  for b in (1, 2)}
