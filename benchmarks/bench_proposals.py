@@ -1,17 +1,22 @@
 """Benchmark: one proposal + acceptance per sampler, as a ratio to the memory-bound floor.
 
 The floor is ``np.minimum(p, q).sum(-1)`` over the same (batch, N) float64 arrays: reading p and
-q once. Every timing is the median of ``--repeats`` runs, and the methods of one (N, batch) cell
-are timed interleaved, round-robin, in the same process, so that the ratios compare like with
-like on a shared, noisy machine. Reported:
+q once. The methods of one (N, batch) cell are timed interleaved, round-robin, in the same
+process (:func:`rdk_theory._timing.median_times`), the median of ``--repeats`` runs each, so the
+ratios compare like with like on a shared, noisy machine. Reported:
 
-* ratio of TLI, first-order RDK (covariance factor of S calibration rows, or a truncated rank)
-  and the rank-one marginal kernel to the floor, at N = 32K, 128K, 152K, 262K, batch 1 and 64;
+* the ratio to the floor of TLI, the rank-one marginal kernel (exact RDK in O(N)) and
+  first-order RDK (``transport_with_acceptance``) with the fused engine at ranks 1, 2, 4, 8 and
+  with the full factor of S calibration rows, the fused engine with a float32 factor at rank 8
+  and S, and the numpy engine at rank 8 and S, at N = 32K, 128K, 152K, 262K, batch 1 and 64;
+* for each first-order variant, the worst ratio over N at each batch and whether it is within
+  the 3x target;
 * growth from N to 2N of first-order RDK (expected about 2: linear) and of exact RDK with a
   dense N x N kernel (expected about 4: quadratic), the latter at N = 2K..16K where it fits.
 
 Run:  .venv/bin/python benchmarks/bench_proposals.py [--quick] [--json out.json]
 Inputs are trusted arrays (``check=False``): validation is a separate, one-time O(N) cost.
+Single-threaded comparison: the fused engine uses one core, like the floor.
 """
 from __future__ import annotations
 
@@ -19,29 +24,19 @@ import argparse
 import json
 import os
 import platform
-import statistics
 import sys
-import time
 
 import numpy as np
 
 import rdk_theory as rt
 import rdk_theory.case  # noqa: F401  (default_tau)
+from rdk_theory import _fused
+from rdk_theory._timing import median_times
 
 SIZES = (32_768, 131_072, 151_936, 262_144)
 BATCHES = (1, 64)
-
-
-def _median_times(fns: dict, repeats: int) -> dict:
-    times = {k: [] for k in fns}
-    for fn in fns.values():  # warm-up
-        fn()
-    for _ in range(repeats):
-        for k, fn in fns.items():
-            t0 = time.perf_counter()
-            fn()
-            times[k].append(time.perf_counter() - t0)
-    return {k: statistics.median(v) for k, v in times.items()}
+RANKS = (1, 2, 4, 8)
+TARGET = 3.0
 
 
 def _inputs(rng, n, batch, s):
@@ -51,26 +46,43 @@ def _inputs(rng, n, batch, s):
     return p, q, cal
 
 
-def bench_floor_ratios(sizes, batches, s, rank, repeats, rng):
+def _first_order_kernels(cal, s, ranks, fused: bool):
+    """``{label: kernel}``: the fused engine at every rank and S with a float64 factor, and at
+    the largest rank and S with a float32 one (when numba is there); the numpy engine at the
+    largest rank and S. Truncated factors come from one SVD of the full factor."""
+    full = rt.FirstOrderCovarianceKernel(cal, rt.case.default_tau(cal), engine="numpy")
+    _, sv, vt = np.linalg.svd(full.factor, full_matrices=False)
+    factor = {f"r{r}": sv[:r, None] * vt[:r] for r in ranks}
+    factor[f"S{s}"] = full.factor
+    big = (f"r{max(ranks)}", f"S{s}")
+    plan = [("numpy", "float64", big)]
+    if fused:
+        plan = [("fused", "float64", tuple(factor)), ("fused", "float32", big)] + plan
+    out = {}
+    for engine, dtype, labels in plan:
+        for label in labels:
+            tag = f"{engine}{'_f32' if dtype == 'float32' else ''}"
+            out[f"first_order_{label}_{tag}"] = rt.FirstOrderCovarianceKernel.from_factor(
+                factor[label], full.tau, engine=engine, factor_dtype=dtype)
+    return out
+
+
+def bench_floor_ratios(sizes, batches, s, ranks, repeats, rng, fused):
     rows = []
     for n in sizes:
         for batch in batches:
             p, q, cal = _inputs(rng, n, batch, s)
             vm = rt.VocabMap.identity(n)
-            fo = rt.FirstOrderCovarianceKernel(cal, rt.case.default_tau(cal))
-            fo_r = rt.FirstOrderCovarianceKernel.from_factor(
-                np.linalg.svd(fo.factor, full_matrices=False)[2][:rank]
-                * np.linalg.svd(fo.factor, full_matrices=False)[1][:rank, None], fo.tau)
             mk = rt.MarginalKernel(np.full(n, 1.0 / n), 0.1)
             a = lambda r: np.minimum(p, r).sum(-1)  # noqa: E731
             fns = {
                 "floor": lambda: np.minimum(p, q).sum(-1),
                 "tli": lambda: a(rt.tli_proposal(q, vm, check=False)),
-                f"first_order_S{s}": lambda: a(fo.transport(q)),
-                f"first_order_r{rank}": lambda: a(fo_r.transport(q)),
                 "marginal": lambda: a(mk.transport(q)),
             }
-            t = _median_times(fns, repeats)
+            for k, fo in _first_order_kernels(cal, s, ranks, fused).items():
+                fns[k] = lambda fo=fo: fo.transport_with_acceptance(q, p)
+            t = median_times(fns, repeats)
             row = {"N": n, "batch": batch, "floor_ms": 1e3 * t["floor"]}
             row.update({f"{k}_ratio": t[k] / t["floor"] for k in fns if k != "floor"})
             rows.append(row)
@@ -79,22 +91,44 @@ def bench_floor_ratios(sizes, batches, s, rank, repeats, rng):
 
 
 def _fmt_row(row):
-    rest = "  ".join(f"{k[:-6]} {v:5.2f}x" for k, v in row.items() if k.endswith("_ratio"))
+    rest = "  ".join(f"{k[:-6].replace('first_order_', 'fo_')} {v:5.2f}x"
+                     for k, v in row.items() if k.endswith("_ratio"))
     return f"N={row['N']:>7} batch={row['batch']:>3} floor={row['floor_ms']:8.3f} ms  {rest}"
 
 
-def bench_growth(exact_sizes, fo_sizes, s, repeats, rng, batch=1):
-    out = {"exact_dense": {}, "first_order": {}}
+def summarise(rows, batches):
+    """Worst ratio over N per method and batch, and whether it meets the target."""
+    methods = [k[:-6] for k in rows[0] if k.endswith("_ratio")]
+    out = {}
+    print(f"\nworst ratio over N (target: within {TARGET:g}x of the floor)")
+    for m in methods:
+        worst = {b: max(r[f"{m}_ratio"] for r in rows if r["batch"] == b) for b in batches}
+        out[m] = {f"batch{b}": {"worst_ratio": w, "within_target": w <= TARGET}
+                  for b, w in worst.items()}
+        print(f"  {m:28s} " + "  ".join(
+            f"batch {b:>2}: {w:6.2f}x {'ok' if w <= TARGET else '--'}" for b, w in worst.items()))
+    return out
+
+
+def bench_growth(exact_sizes, fo_sizes, s, rank, repeats, rng, fused, batch=1):
+    out = {"exact_dense": {}, "first_order_numpy": {}}
+    if fused:
+        out[f"first_order_r{rank}_fused"] = {}
     for n in exact_sizes:
         _, q, cal = _inputs(rng, n, batch, s)
         m = rng.dirichlet(np.full(n, 0.05), size=n)  # a dense row-stochastic kernel
         ker = rt.DenseKernel(m, check=False)
-        out["exact_dense"][n] = _median_times({"x": lambda: ker.transport(q)}, repeats)["x"]
+        out["exact_dense"][n] = median_times({"x": lambda ker=ker: ker.transport(q)}, repeats)["x"]
         del m, ker
     for n in fo_sizes:
         _, q, cal = _inputs(rng, n, batch, s)
-        fo = rt.FirstOrderCovarianceKernel(cal, 1.0)
-        out["first_order"][n] = _median_times({"x": lambda: fo.transport(q)}, repeats)["x"]
+        fo = rt.FirstOrderCovarianceKernel(cal, 1.0, engine="numpy")
+        fns = {"first_order_numpy": lambda: fo.transport(q)}
+        if fused:
+            fr = rt.FirstOrderCovarianceKernel(cal, 1.0, rank=rank, engine="fused")
+            fns[f"first_order_r{rank}_fused"] = lambda: fr.transport(q)
+        for k, v in median_times(fns, repeats).items():
+            out[k][n] = v
     growth = {}
     for k, d in out.items():
         ns = sorted(d)
@@ -109,25 +143,29 @@ def main(argv=None):
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--quick", action="store_true", help="fewer sizes and repeats")
     ap.add_argument("--calibration", type=int, default=64, help="S, calibration rows (default 64)")
-    ap.add_argument("--rank", type=int, default=8, help="truncated rank r (default 8)")
-    ap.add_argument("--repeats", type=int, default=None)
+    ap.add_argument("--repeats", type=int, default=None, help="runs per method (default 21; 5 with --quick)")
     ap.add_argument("--json", default=None, help="write the results here")
     args = ap.parse_args(argv)
     repeats = args.repeats or (5 if args.quick else 21)
+    fused = _fused.available()
     rng = np.random.default_rng(0)
     sizes = SIZES[:2] if args.quick else SIZES
     print(f"# {platform.processor() or platform.machine()}, {os.cpu_count()} cores, "
-          f"numpy {np.__version__}, python {sys.version.split()[0]}, median of {repeats}")
-    ratios = bench_floor_ratios(sizes, BATCHES, args.calibration, args.rank, repeats, rng)
+          f"numpy {np.__version__}, python {sys.version.split()[0]}, median of {repeats}"
+          + ("" if fused else "; numba missing: no fused engine (pip install 'rdk-theory[fast]')"))
+    ratios = bench_floor_ratios(sizes, BATCHES, args.calibration, RANKS, repeats, rng, fused)
+    summary = summarise(ratios, BATCHES)
     exact_sizes = (2048, 4096) if args.quick else (2048, 4096, 8192, 16384)
     fo_sizes = (32_768, 65_536) if args.quick else (32_768, 65_536, 131_072, 262_144)
-    growth = bench_growth(exact_sizes, fo_sizes, args.calibration, repeats, rng)
+    print()
+    growth = bench_growth(exact_sizes, fo_sizes, args.calibration, max(RANKS), repeats, rng, fused)
     if args.json:
         with open(args.json, "w") as fh:
             json.dump({"machine": {"cpu": platform.processor() or platform.machine(),
                                    "cores": os.cpu_count(), "numpy": np.__version__},
                        "repeats": repeats, "calibration_rows": args.calibration,
-                       "rank": args.rank, "floor_ratios": ratios, "growth": growth}, fh, indent=2)
+                       "ranks": list(RANKS), "target_ratio": TARGET, "fused_engine": fused,
+                       "floor_ratios": ratios, "summary": summary, "growth": growth}, fh, indent=2)
 
 
 if __name__ == "__main__":

@@ -7,16 +7,19 @@ compiled loop does it in two passes over the row, walking the target vocabulary 
 stay in L1:
 
 * pass 1: ``v = q' / Z`` for the chunk, ``sum v``, and ``u = C v`` (r dot products);
-* pass 2: ``q'' = sum v + q' * coef + C^T u / tau`` for the chunk, written once, with the
-  running minimum (for the clip) and, when ``p`` is given, ``sum min(p, q'')`` (the acceptance).
+* pass 2: ``q'' = sum v + q' * coef + C^T u / tau`` for the chunk, written once, with the sum
+  of its negative parts (for the clip) and, when ``p`` is given, ``sum min(p, q'')`` (the
+  acceptance).
 
 A row with a negative entry is then clipped and renormalised to ``sum q'`` exactly as the numpy
 path does, and its acceptance recomputed. Rows are taken in blocks that share one read of the
 factor ``C``; the block size grows with the factor so that a large factor (many calibration
 rows) is read once per block rather than once per row.
 
-Arithmetic is float64 throughout; the summation order differs from BLAS, so the two paths agree
-to round-off, not bit for bit (``tests/test_core_fused.py``).
+Arithmetic is float64 throughout (a float32 factor is promoted as it is read); the summation
+order differs from BLAS, so the two engines agree to round-off, not bit for bit
+(``tests/test_core_fused.py``). No timed test: speed is measured side by side in
+``benchmarks/bench_proposals.py``.
 """
 from __future__ import annotations
 
@@ -30,6 +33,10 @@ import numpy as np
 CHUNK = 2048
 #: Factor bytes per row of a block; the block grows with ``C`` so ``C`` is read once per block.
 _FACTOR_BYTES_PER_ROW = 2 << 20
+#: ``engine="auto"`` takes the fused engine up to this many factor rows. Beyond, the numpy
+#: engine's BLAS products (multi-threaded) win: benchmarks/results_cpu.json, S = 64 against
+#: rank 8 at batch 1 and 64.
+AUTO_MAX_ROWS = 16
 _compiled: dict = {}
 
 

@@ -19,7 +19,9 @@ of "an approximation of ``M^T q'``"; another formula would be another class with
 
 Engines for numpy float64 input: ``"numpy"`` (two thin BLAS products and element-wise passes;
 the reference) and ``"fused"`` (one compiled two-pass loop per row, :mod:`rdk_theory._fused`,
-needs numba). ``"auto"`` (the default) takes the fused one when numba is installed. Torch
+needs numba). ``"auto"`` (the default) takes the fused one when numba is installed and the
+factor has at most ``_fused.AUTO_MAX_ROWS`` rows (a truncated rank; for a full calibration
+factor of many rows the numpy engine's BLAS products are faster). Torch
 tensors and exact ``Fraction`` arrays always take the array path of their own backend.
 """
 from __future__ import annotations
@@ -184,6 +186,8 @@ class FirstOrderCovarianceKernel:
         if self.engine == "fused" and not usable:
             raise InputError(f"engine='fused' takes a non-empty numpy float64 array, got "
                              f"{type(q_prime).__name__} {getattr(q_prime, 'dtype', '')}")
+        if self.engine == "auto" and self.factor.shape[0] > _fused.AUTO_MAX_ROWS:
+            return False
         return usable and _fused.available()
 
     def max_offdiag_affinity(self) -> float:

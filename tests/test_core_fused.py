@@ -132,6 +132,13 @@ def test_auto_falls_back_to_numpy_without_numba(monkeypatch):
         _fused.first_order(q, None, auto._fused_arrays)
 
 
+def test_auto_takes_fused_for_a_truncated_rank_and_numpy_for_a_large_factor():
+    cal, q, _ = _case(40, seed=8, s=_fused.AUTO_MAX_ROWS + 8, batch=(2,))
+    assert rt.FirstOrderCovarianceKernel(cal, 0.05, rank=_fused.AUTO_MAX_ROWS)._use_fused(q)
+    assert not rt.FirstOrderCovarianceKernel(cal, 0.05)._use_fused(q)
+    assert rt.FirstOrderCovarianceKernel(cal, 0.05, engine="fused")._use_fused(q)
+
+
 def test_bad_engine_and_bad_input_for_forced_fused():
     cal, q, _ = _case(10, seed=6, batch=(2,))
     with pytest.raises(rt.InputError, match="engine"):
