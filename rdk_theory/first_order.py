@@ -30,6 +30,7 @@ import numpy as np
 
 from . import _backend as B
 from . import _fused
+from .acceptance import acceptance_rate
 from .kernels import _DeviceCache
 from .validation import InputError, as_prob_array
 
@@ -176,7 +177,7 @@ class FirstOrderCovarianceKernel:
         if self._use_fused(q_prime) and not B.is_torch(target_probs) and not B.is_exact(target_probs):
             return _fused.first_order(q_prime, target_probs, self._fused_arrays)
         out = self.transport(q_prime)
-        return out, B.total(B.minimum(target_probs, out))
+        return out, acceptance_rate(target_probs, out, check=False)
 
     def _use_fused(self, q_prime) -> bool:
         if self.engine == "numpy" or B.is_torch(q_prime) or B.is_exact(q_prime):
