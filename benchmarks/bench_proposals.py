@@ -8,7 +8,8 @@ ratios compare like with like on a shared, noisy machine. Reported:
 * the ratio to the floor of TLI, the rank-one marginal kernel (exact RDK in O(N)) and
   first-order RDK (``transport_with_acceptance``) with the fused engine at ranks 1, 2, 4, 8 and
   with the full factor of S calibration rows, the fused engine with a float32 factor at rank 8
-  and S, and the numpy engine at rank 8 and S, at N = 32K, 128K, 152K, 262K, batch 1 and 64;
+  and S, the fused engine on all threads at ranks 1, 4, 8 and S (and 8 with a float32 factor),
+  and the numpy engine at rank 8 and S, at N = 32K, 128K, 152K, 262K, batch 1 and 64;
 * for each first-order variant, the worst ratio over N at each batch and whether it is within
   the 3x target;
 * growth from N to 2N of first-order RDK (expected about 2: linear) and of exact RDK with a
@@ -16,7 +17,12 @@ ratios compare like with like on a shared, noisy machine. Reported:
 
 Run:  .venv/bin/python benchmarks/bench_proposals.py [--quick] [--json out.json]
 Inputs are trusted arrays (``check=False``): validation is a separate, one-time O(N) cost.
-Single-threaded comparison: the fused engine uses one core, like the floor.
+Threads: the floor, TLI and the marginal kernel are numpy element-wise passes (one core); the
+numpy engine's products use BLAS (all cores); the fused engine runs on one core (its default)
+and, in the ``_mt`` rows, on all of numba's threads. Those are timed in a second round-robin
+with a floor of their own and no BLAS products: numba's OpenMP workers and the BLAS workers both
+spin after each call, and interleaved on the same cores they slow each other down many times
+over (:mod:`rdk_theory._fused`), which would measure the contention, not either method.
 """
 from __future__ import annotations
 
@@ -47,24 +53,37 @@ def _inputs(rng, n, batch, s):
 
 
 def _first_order_kernels(cal, s, ranks, fused: bool):
-    """``{label: kernel}``: the fused engine at every rank and S with a float64 factor, and at
-    the largest rank and S with a float32 one (when numba is there); the numpy engine at the
-    largest rank and S. Truncated factors come from one SVD of the full factor."""
+    """``({label: kernel}, {label: kernel})``: the kernels timed with BLAS work around, and
+    the fused engine on all of numba's threads (``_mt``), timed apart (see the module doc).
+
+    First group: with numba, the fused engine (one thread, its default) at every rank and S with
+    a float64 factor and at the largest rank and S with a float32 one; always the numpy engine
+    at the largest rank and S. Second group, with numba and more than one core: the fused engine
+    on all threads at ranks 1, 4 and the largest (also float32) and S. Truncated factors come
+    from one SVD of the full factor."""
     full = rt.FirstOrderCovarianceKernel(cal, rt.case.default_tau(cal), engine="numpy")
     _, sv, vt = np.linalg.svd(full.factor, full_matrices=False)
     factor = {f"r{r}": sv[:r, None] * vt[:r] for r in ranks}
     factor[f"S{s}"] = full.factor
     big = (f"r{max(ranks)}", f"S{s}")
-    plan = [("numpy", "float64", big)]
+    plan = [("numpy", "float64", None, big)]
+    threaded = []
     if fused:
-        plan = [("fused", "float64", tuple(factor)), ("fused", "float32", big)] + plan
-    out = {}
-    for engine, dtype, labels in plan:
-        for label in labels:
-            tag = f"{engine}{'_f32' if dtype == 'float32' else ''}"
-            out[f"first_order_{label}_{tag}"] = rt.FirstOrderCovarianceKernel.from_factor(
-                factor[label], full.tau, engine=engine, factor_dtype=dtype)
-    return out
+        plan = [("fused", "float64", None, tuple(factor)), ("fused", "float32", None, big)] + plan
+        if _fused.default_threads() > 1:
+            some = tuple(f"r{r}" for r in sorted({1, 4, max(ranks)}) if r in ranks) + big[1:]
+            threaded = [("fused", "float64", _fused.default_threads(), some),
+                        ("fused", "float32", _fused.default_threads(), big[:1])]
+    groups = []
+    for group in (plan, threaded):
+        out = {}
+        for engine, dtype, threads, labels in group:
+            for label in labels:
+                tag = engine + ("_f32" if dtype == "float32" else "") + ("_mt" if threads else "")
+                out[f"first_order_{label}_{tag}"] = rt.FirstOrderCovarianceKernel.from_factor(
+                    factor[label], full.tau, engine=engine, factor_dtype=dtype, threads=threads)
+        groups.append(out)
+    return groups
 
 
 def bench_floor_ratios(sizes, batches, s, ranks, repeats, rng, fused):
@@ -75,16 +94,21 @@ def bench_floor_ratios(sizes, batches, s, ranks, repeats, rng, fused):
             vm = rt.VocabMap.identity(n)
             mk = rt.MarginalKernel(np.full(n, 1.0 / n), 0.1)
             a = lambda r: np.minimum(p, r).sum(-1)  # noqa: E731
-            fns = {
-                "floor": lambda: np.minimum(p, q).sum(-1),
-                "tli": lambda: a(rt.tli_proposal(q, vm, check=False)),
-                "marginal": lambda: a(mk.transport(q)),
-            }
-            for k, fo in _first_order_kernels(cal, s, ranks, fused).items():
-                fns[k] = lambda fo=fo: fo.transport_with_acceptance(q, p)
+            floor = {"floor": lambda: np.minimum(p, q).sum(-1)}
+            single, threaded = _first_order_kernels(cal, s, ranks, fused)
+            fns = {**floor,
+                   "tli": lambda: a(rt.tli_proposal(q, vm, check=False)),
+                   "marginal": lambda: a(mk.transport(q))}
+            fns.update({k: lambda fo=fo: fo.transport_with_acceptance(q, p)
+                        for k, fo in single.items()})
             t = median_times(fns, repeats)
             row = {"N": n, "batch": batch, "floor_ms": 1e3 * t["floor"]}
             row.update({f"{k}_ratio": t[k] / t["floor"] for k in fns if k != "floor"})
+            if threaded:  # apart from the BLAS products, with a floor of its own
+                t = median_times({**floor, **{k: lambda fo=fo: fo.transport_with_acceptance(q, p)
+                                              for k, fo in threaded.items()}}, repeats)
+                row["floor_mt_ms"] = 1e3 * t["floor"]
+                row.update({f"{k}_ratio": t[k] / t["floor"] for k in threaded})
             rows.append(row)
             print(_fmt_row(row), flush=True)
     return rows
@@ -152,6 +176,7 @@ def main(argv=None):
     sizes = SIZES[:2] if args.quick else SIZES
     print(f"# {platform.processor() or platform.machine()}, {os.cpu_count()} cores, "
           f"numpy {np.__version__}, python {sys.version.split()[0]}, median of {repeats}"
+          + (f", _mt: fused engine on {_fused.default_threads()} threads" if fused else "")
           + ("" if fused else "; numba missing: no fused engine (pip install 'rdk-theory[fast]')"))
     ratios = bench_floor_ratios(sizes, BATCHES, args.calibration, RANKS, repeats, rng, fused)
     summary = summarise(ratios, BATCHES)
@@ -162,7 +187,8 @@ def main(argv=None):
     if args.json:
         with open(args.json, "w") as fh:
             json.dump({"machine": {"cpu": platform.processor() or platform.machine(),
-                                   "cores": os.cpu_count(), "numpy": np.__version__},
+                                   "cores": os.cpu_count(), "numpy": np.__version__,
+                                   "fused_threads": _fused.default_threads() if fused else None},
                        "repeats": repeats, "calibration_rows": args.calibration,
                        "ranks": list(RANKS), "target_ratio": TARGET, "fused_engine": fused,
                        "floor_ratios": ratios, "summary": summary, "growth": growth}, fh, indent=2)

@@ -16,6 +16,21 @@ path does, and its acceptance recomputed. Rows are taken in blocks that share on
 factor ``C``; the block size grows with the factor so that a large factor (many calibration
 rows) is read once per block rather than once per row.
 
+Threads (``threads=`` of :func:`first_order`; default 1): blocks run in parallel on numba's
+threads (``prange``). When there are fewer blocks than threads (batch 1) the vocabulary of each
+block is split into segments instead: every thread runs pass 1 on its segment, the partial
+``u`` and ``sum v`` are added up, and every thread runs pass 2 on its segment. That is how
+batch 1 uses more than one core: at batch 1 the factor is read from memory twice per call and
+one core cannot draw the bandwidth of two.
+
+One thread is the default because numba's OpenMP workers spin for a while after each call, and
+so do the BLAS (OpenBLAS) workers after each matrix product: interleaving the two on the same
+cores made both 40-60 times slower on the 2-core test machine (a BLAS product with the fused
+engine at ``threads=2``, N = 32K). With one thread the pool is never woken. To use several
+threads next to BLAS or torch work, give the pools separate cores or set
+``OMP_WAIT_POLICY=PASSIVE`` before the first call (workers then sleep at once, and each call
+pays their wake-up).
+
 Arithmetic is float64 throughout (a float32 factor is promoted as it is read); the summation
 order differs from BLAS, so the two engines agree to round-off, not bit for bit
 (``tests/test_core_fused.py``). No timed test: speed is measured side by side in
@@ -24,6 +39,7 @@ order differs from BLAS, so the two engines agree to round-off, not bit for bit
 from __future__ import annotations
 
 import importlib
+import threading
 
 import numpy as np
 
@@ -31,6 +47,10 @@ import numpy as np
 #: the four factor rows swept with it (64 KiB) in L2; a larger chunk also makes the per-chunk
 #: bookkeeping (array views) negligible next to the arithmetic.
 CHUNK = 2048
+#: Fewest vocabulary elements per segment when a block is split between threads: below
+#: about this many, the second parallel launch costs more than the split saves (measured at
+#: batch 1, ranks 1 and 8, N = 16K..131K: splitting loses at 16K for rank 1, wins from 32K).
+MIN_SEGMENT = 16_384
 #: Factor bytes per row of a block; the block grows with ``C`` so ``C`` is read once per block.
 _FACTOR_BYTES_PER_ROW = 2 << 20
 #: ``engine="auto"`` takes the fused engine up to this many factor rows. Beyond, the numpy
@@ -38,6 +58,7 @@ _FACTOR_BYTES_PER_ROW = 2 << 20
 #: rank 8 at batch 1 and 64.
 AUTO_MAX_ROWS = 16
 _compiled: dict = {}
+_LAUNCH = threading.Lock()
 
 
 def block_rows(n_rows: int, factor_bytes: int) -> int:
@@ -57,18 +78,26 @@ def available() -> bool:
 
 
 def _kernel():
-    """The compiled entry point, jitted on first use (numba caches the machine code on disk)."""
+    """The compiled entry point, jitted on first use (numba caches the machine code on disk).
+
+    One parallel build serves every thread count: :func:`first_order` sets numba's (thread-
+    local) thread count around the call, and a parallel launch costs about 2 microseconds.
+    """
     if "first_order" not in _compiled:
         import numba
 
         # Re-association lets LLVM vectorise the reductions; no 'nnan'/'ninf', so a NaN would
         # still propagate (inputs are validated before they get here anyway).
-        jit = numba.njit(cache=True, nogil=True, boundscheck=False,
-                         fastmath={"reassoc", "contract", "nsz", "arcp"})
-        # _first_order_py calls _dots and _axpys by their global names: bind the jitted ones.
-        globals()["_dots"] = jit(_dots_py)
-        globals()["_axpys"] = jit(_axpys_py)
-        _compiled["first_order"] = jit(_first_order_py)
+        opts = dict(cache=True, nogil=True, boundscheck=False,
+                    fastmath={"reassoc", "contract", "nsz", "arcp"})
+        jit = numba.njit(**opts)
+        # The driver calls the helpers and prange by their global names: bind the jitted ones.
+        g = globals()
+        for name in ("_dots", "_axpys", "_pass1", "_centre", "_pass2", "_clip_row"):
+            g[name] = jit(g[name + "_py"])
+        g["prange"] = numba.prange
+        _compiled["first_order"] = numba.njit(parallel=True, **opts)(_first_order_py)
+        _compiled["threads"] = (numba.get_num_threads, numba.set_num_threads)
     return _compiled["first_order"]
 
 
@@ -127,115 +156,227 @@ def _axpys_py(v, c, j0, m, w):
             v[j] += wk * ck[j]
         k += 1
 
-# Plain-Python bindings (the loops also run un-jitted, slowly); _kernel() rebinds the jitted ones.
-_dots, _axpys = _dots_py, _axpys_py
 
 
-def _first_order_py(q, p, with_alpha, c, shift, inv_z, coef, inv_tau, out, alpha, chunk, rb):
+def _pass1_py(q, inv_z, c, b0, nb_, j_lo, j_hi, chunk, u, sv, v):
+    """Columns ``[j_lo, j_hi)`` of rows ``b0 .. b0 + nb_``: ``sv += sum v``, ``u += C v``."""
+    for j0 in range(j_lo, j_hi, chunk):
+        m = min(j0 + chunk, j_hi) - j0
+        iz = inv_z[j0:j0 + m]
+        for i in range(nb_):
+            qi = q[b0 + i, j0:j0 + m]
+            s = 0.0
+            for j in range(m):
+                y = qi[j] * iz[j]
+                v[j] = y
+                s += y
+            sv[i] += s
+            _dots(v, c, j0, m, u[i])
+
+
+def _centre_py(u, sv, shift, inv_tau, nb_):
+    """Turn the accumulated ``stored v`` into ``C v / tau`` and fold the shift into ``sum v``.
+
+    The stored factor is ``C + shift 1^T``: ``C v = stored v - shift sum v``, and
+    ``C^T u / tau = stored^T u / tau - (shift . u / tau) 1`` goes into ``sum v``.
+    """
+    for i in range(nb_):
+        corr = 0.0
+        for k in range(u.shape[1]):
+            x = (u[i, k] - shift[k] * sv[i]) * inv_tau
+            u[i, k] = x
+            corr += x * shift[k]
+        sv[i] -= corr
+
+
+def _pass2_py(q, p, with_alpha, c, coef, out, b0, nb_, j_lo, j_hi, chunk, u, sv, lo, al, v):
+    """Columns ``[j_lo, j_hi)``: ``q''`` written once; ``lo += sum of its negative parts``
+    (< 0 iff an entry is < 0) and, with ``p``, ``al += sum min(p, q'')``."""
+    for j0 in range(j_lo, j_hi, chunk):
+        m = min(j0 + chunk, j_hi) - j0
+        cf = coef[j0:j0 + m]
+        for i in range(nb_):
+            qi = q[b0 + i, j0:j0 + m]
+            s0 = sv[i]
+            for j in range(m):
+                v[j] = s0 + qi[j] * cf[j]
+            _axpys(v, c, j0, m, u[i])
+            oi = out[b0 + i, j0:j0 + m]
+            low = 0.0
+            if with_alpha:
+                pi = p[b0 + i, j0:j0 + m]
+                s = 0.0
+                for j in range(m):  # selects, not min(): min() did not vectorise as well
+                    x = v[j]
+                    oi[j] = x
+                    y = pi[j]
+                    s += x if x < y else y
+                    low += x if x < 0.0 else 0.0
+                al[i] += s
+            else:
+                for j in range(m):
+                    x = v[j]
+                    oi[j] = x
+                    low += x if x < 0.0 else 0.0
+            lo[i] += low
+
+
+def _clip_row_py(q, p, with_alpha, out, row, alpha):
+    """Rare: clip row ``row`` at 0, renormalise it to ``sum q'`` and recompute its acceptance."""
+    oi = out[row]
+    qi = q[row]
+    n = oi.shape[0]
+    tot = 0.0
+    tq = 0.0
+    for j in range(n):
+        x = max(oi[j], 0.0)
+        oi[j] = x
+        tot += x
+        tq += qi[j]
+    scale = tq / tot if tot > 0 else 0.0
+    s = 0.0
+    for j in range(n):
+        x = oi[j] * scale
+        oi[j] = x
+        if with_alpha:
+            s += min(x, p[row, j])
+    alpha[row] = s
+
+
+def _first_order_py(q, p, with_alpha, c, shift, inv_z, coef, inv_tau, out, alpha, chunk, rb, nseg):
+    """Rows in blocks of ``rb``; with ``nseg > 1`` each block's vocabulary is also split into
+    ``nseg`` chunk-aligned segments. ``prange`` runs the work items on numba's threads in the
+    parallel build and is a plain ``range`` in the serial one (and un-jitted)."""
     n_rows, n = q.shape
     r = c.shape[0]
-    u = np.empty((rb, r))
-    sv = np.empty(rb)
-    lo = np.empty(rb)
-    v = np.empty(chunk)
-    for b0 in range(0, n_rows, rb):
-        nb_ = min(b0 + rb, n_rows) - b0
-        u[:] = 0.0
-        sv[:] = 0.0
-        lo[:] = 0.0
-        for j0 in range(0, n, chunk):  # pass 1: sum v and u = C v
-            m = min(j0 + chunk, n) - j0
-            iz = inv_z[j0:j0 + m]
+    nblk = (n_rows + rb - 1) // rb
+    if nseg <= 1:  # whole rows per work item: pass 2 follows pass 1 while the block is warm
+        for b in prange(nblk):
+            b0 = b * rb
+            nb_ = min(b0 + rb, n_rows) - b0
+            u = np.zeros((rb, r))
+            sv = np.zeros(rb)
+            lo = np.zeros(rb)
+            al = np.zeros(rb)
+            v = np.empty(chunk)
+            _pass1(q, inv_z, c, b0, nb_, 0, n, chunk, u, sv, v)
+            _centre(u, sv, shift, inv_tau, nb_)
+            _pass2(q, p, with_alpha, c, coef, out, b0, nb_, 0, n, chunk, u, sv, lo, al, v)
             for i in range(nb_):
-                qi = q[b0 + i, j0:j0 + m]
-                s = 0.0
-                for j in range(m):
-                    y = qi[j] * iz[j]
-                    v[j] = y
-                    s += y
-                sv[i] += s
-                _dots(v, c, j0, m, u[i])
-        for i in range(nb_):
-            # the stored factor is C + shift 1^T: u = C v = stored v - shift sum v, and
-            # C^T u / tau = stored^T u / tau - (shift . u / tau) 1 goes into sum v
-            corr = 0.0
-            for k in range(r):
-                x = (u[i, k] - shift[k] * sv[i]) * inv_tau
-                u[i, k] = x
-                corr += x * shift[k]
-            sv[i] -= corr
-            alpha[b0 + i] = 0.0
-        for j0 in range(0, n, chunk):  # pass 2: q'' written once, min and acceptance
-            m = min(j0 + chunk, n) - j0
-            cf = coef[j0:j0 + m]
-            for i in range(nb_):
-                qi = q[b0 + i, j0:j0 + m]
-                s0 = sv[i]
-                for j in range(m):
-                    v[j] = s0 + qi[j] * cf[j]
-                _axpys(v, c, j0, m, u[i])
-                oi = out[b0 + i, j0:j0 + m]
-                low = lo[i]  # sum of the negative parts: < 0 iff some entry is < 0
-                if with_alpha:
-                    pi = p[b0 + i, j0:j0 + m]
-                    s = 0.0
-                    for j in range(m):  # selects, not min(): min() did not vectorise as well
-                        x = v[j]
-                        oi[j] = x
-                        y = pi[j]
-                        s += x if x < y else y
-                        low += x if x < 0.0 else 0.0
-                    alpha[b0 + i] += s
-                else:
-                    for j in range(m):
-                        x = v[j]
-                        oi[j] = x
-                        low += x if x < 0.0 else 0.0
-                lo[i] = low
-        for i in range(nb_):  # rare: clip at 0 and renormalise to sum q'
-            if lo[i] < 0:
-                oi = out[b0 + i]
-                qi = q[b0 + i]
-                tot = 0.0
-                tq = 0.0
-                for j in range(n):
-                    x = max(oi[j], 0.0)
-                    oi[j] = x
-                    tot += x
-                    tq += qi[j]
-                scale = tq / tot if tot > 0 else 0.0
-                s = 0.0
-                for j in range(n):
-                    x = oi[j] * scale
-                    oi[j] = x
-                    if with_alpha:
-                        s += min(x, p[b0 + i, j])
-                alpha[b0 + i] = s
+                alpha[b0 + i] = al[i]
+                if lo[i] < 0:
+                    _clip_row(q, p, with_alpha, out, b0 + i, alpha)
+        return
+    # fewer blocks than threads (batch 1): split the vocabulary, reduce u between the passes
+    n_chunks = (n + chunk - 1) // chunk
+    u = np.zeros((nblk, nseg, rb, r))
+    sv = np.zeros((nblk, nseg, rb))
+    lo = np.zeros((nblk, nseg, rb))
+    al = np.zeros((nblk, nseg, rb))
+    for it in prange(nblk * nseg):
+        b = it // nseg
+        s = it % nseg
+        b0 = b * rb
+        j_lo = min(n_chunks * s // nseg * chunk, n)
+        j_hi = min(n_chunks * (s + 1) // nseg * chunk, n)
+        _pass1(q, inv_z, c, b0, min(b0 + rb, n_rows) - b0, j_lo, j_hi, chunk, u[b, s], sv[b, s],
+               np.empty(chunk))
+    for b in range(nblk):
+        for s in range(1, nseg):
+            u[b, 0] += u[b, s]
+            sv[b, 0] += sv[b, s]
+        _centre(u[b, 0], sv[b, 0], shift, inv_tau, min(b * rb + rb, n_rows) - b * rb)
+    for it in prange(nblk * nseg):
+        b = it // nseg
+        s = it % nseg
+        b0 = b * rb
+        j_lo = min(n_chunks * s // nseg * chunk, n)
+        j_hi = min(n_chunks * (s + 1) // nseg * chunk, n)
+        _pass2(q, p, with_alpha, c, coef, out, b0, min(b0 + rb, n_rows) - b0, j_lo, j_hi, chunk,
+               u[b, 0], sv[b, 0], lo[b, s], al[b, s], np.empty(chunk))
+    for row in range(n_rows):
+        b = row // rb
+        i = row - b * rb
+        alpha[row] = al[b, :, i].sum()
+        if lo[b, :, i].sum() < 0:
+            _clip_row(q, p, with_alpha, out, row, alpha)
 
 
-def first_order(q_prime, target_probs, arrays, *, chunk=CHUNK, rows=None):
-    """First-order proposal (and, when ``target_probs`` is given, its acceptance) in one pass.
+# Plain-Python bindings (the loops also run un-jitted, slowly); _kernel() rebinds the jitted ones.
+_dots, _axpys, _pass1, _centre, _pass2, _clip_row, prange = (
+    _dots_py, _axpys_py, _pass1_py, _centre_py, _pass2_py, _clip_row_py, range)
+
+
+def plan(n_rows: int, n: int, factor_bytes: int, threads: int, *, chunk: int = CHUNK,
+         rows: int | None = None):
+    """``(rows per block, vocabulary segments per block)`` for ``threads`` threads.
+
+    Blocks of ``rows`` (default :func:`block_rows`) rows; when there are fewer blocks than
+    threads (batch 1, or a large factor that puts the whole batch in one block) each block's
+    vocabulary is split into segments so that every thread has work, each of at least
+    :data:`MIN_SEGMENT` elements.
+    """
+    rb = int(rows or block_rows(n_rows, factor_bytes))
+    n_blocks = -(-max(n_rows, 1) // rb)
+    nseg = -(-threads // n_blocks) if threads > n_blocks else 1
+    return rb, int(max(1, min(nseg, n // MIN_SEGMENT)))
+
+
+def default_threads() -> int:
+    """numba's thread count (``NUMBA_NUM_THREADS``, by default the number of cores)."""
+    if "most" not in _compiled:
+        import numba
+
+        _compiled["most"] = int(numba.config.NUMBA_NUM_THREADS)
+    return _compiled["most"]
+
+
+def first_order(q_prime, target_probs, arrays, *, threads=None, chunk=CHUNK, rows=None,
+                segments=None):
+    """First-order proposal (and, when ``target_probs`` is given, its acceptance) in two passes.
 
     ``q_prime`` (..., N) float64. ``arrays = (stored, shift, inv_z, coef, tau)`` as set up by
     :class:`rdk_theory.first_order.FirstOrderCovarianceKernel`: the factor is
     ``C = stored - shift 1^T`` with ``stored`` (r, N) float64 or float32 and ``shift`` (r,)
-    float64 (zeros when ``stored`` is ``C`` itself). Returns ``(proposal, alpha)``, ``alpha``
-    None when ``target_probs`` is None. Needs numba (:func:`available`).
+    float64 (zeros when ``stored`` is ``C`` itself). ``threads``: how many of numba's threads
+    to use (default 1, the calling thread only; at most :func:`default_threads`). ``rows`` and
+    ``segments`` override :func:`plan` (tests use them to reach every code path). Returns
+    ``(proposal, alpha)``, ``alpha`` None when ``target_probs`` is None. Needs numba.
     """
     if not available():
         raise ImportError("the fused first-order kernel needs numba: pip install 'rdk-theory[fast]'")
     stored, shift, inv_z, coef, tau = arrays
     shape = q_prime.shape
-    q2 = np.ascontiguousarray(q_prime, dtype=np.float64).reshape(-1, shape[-1])
+    q2 = _rows(q_prime)
     with_alpha = target_probs is not None
     if with_alpha:
         p = target_probs if target_probs.shape == shape else np.broadcast_to(target_probs, shape)
-        p2 = np.ascontiguousarray(p, dtype=np.float64).reshape(q2.shape)
+        p2 = _rows(p)
     else:
         p2 = q2[:0]
-    out = np.empty_like(q2)
+    out = np.empty(q2.shape)
     alpha = np.empty(q2.shape[0])
-    rb = rows or block_rows(q2.shape[0], stored.nbytes)
-    _kernel()(q2, p2, with_alpha, stored, shift, inv_z, coef, 1.0 / tau, out, alpha,
-              int(chunk), int(rb))
+    threads = max(1, min(int(threads or 1), default_threads()))
+    rb, nseg = plan(q2.shape[0], q2.shape[1], stored.nbytes, threads, chunk=chunk, rows=rows)
+    kernel = _kernel()
+    get_threads, set_threads = _compiled["threads"]
+    # numba's thread count is per calling thread; the lock keeps two Python threads out of the
+    # thread pool at once (the 'workqueue' threading layer, numba's fallback, aborts on that).
+    with _LAUNCH:
+        before = get_threads()
+        if before != threads:
+            set_threads(threads)
+        try:
+            kernel(q2, p2, with_alpha, stored, shift, inv_z, coef, 1.0 / tau, out, alpha,
+                   chunk, rb, segments or nseg)
+        finally:
+            if before != threads:
+                set_threads(before)
     return out.reshape(shape), (alpha.reshape(shape[:-1])[()] if with_alpha else None)
+
+
+def _rows(x):
+    """``x`` as a C-contiguous float64 (rows, N) array (a view when it already is one)."""
+    if not (x.dtype == np.float64 and x.flags.c_contiguous):
+        x = np.ascontiguousarray(x, dtype=np.float64)
+    return x.reshape(-1, x.shape[-1])

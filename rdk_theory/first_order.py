@@ -19,7 +19,7 @@ of "an approximation of ``M^T q'``"; another formula would be another class with
 
 Engines for numpy float64 input: ``"numpy"`` (two thin BLAS products and element-wise passes;
 the reference) and ``"fused"`` (one compiled two-pass loop per row, :mod:`rdk_theory._fused`,
-needs numba). ``"auto"`` (the default) takes the fused one when numba is installed and the
+needs numba; one thread by default, ``threads=`` for more). ``"auto"`` (the default) takes the fused one when numba is installed and the
 factor has at most ``_fused.AUTO_MAX_ROWS`` rows (a truncated rank; for a full calibration
 factor of many rows the numpy engine's BLAS products are faster). Torch
 tensors and exact ``Fraction`` arrays always take the array path of their own backend.
@@ -45,10 +45,13 @@ class FirstOrderCovarianceKernel:
       engine: ``"auto"``, ``"fused"`` or ``"numpy"`` (see the module docstring).
       factor_dtype: ``"float64"`` (default) or ``"float32"``: store ``C`` rounded to float32,
         which halves the bytes the fused engine reads per call (see :meth:`_setup`).
+      threads: threads the fused engine may use (default 1: the calling thread only; more
+        speeds up large N, see :mod:`rdk_theory._fused` for when not to). The result does not
+        depend on it beyond round-off.
     """
 
     def __init__(self, calibration_probs, tau: float, *, rank: int | None = None,
-                 engine: str = "auto", factor_dtype: str = "float64"):
+                 engine: str = "auto", factor_dtype: str = "float64", threads: int | None = None):
         cal = as_prob_array(calibration_probs, "calibration_probs")
         if cal.ndim != 2:
             raise InputError(f"calibration_probs must be (S, N_T), got shape {cal.shape}")
@@ -64,9 +67,9 @@ class FirstOrderCovarianceKernel:
                 raise InputError(f"rank must be in [1, {min(s, n)}], got {rank}")
             u, sv, vt = np.linalg.svd(c, full_matrices=False)
             c = sv[:rank, None] * vt[:rank]
-        self._setup(c, tau, engine, factor_dtype)
+        self._setup(c, tau, engine, factor_dtype, threads)
 
-    def _setup(self, factor, tau, engine, factor_dtype="float64"):
+    def _setup(self, factor, tau, engine, factor_dtype="float64", threads=None):
         """Precompute everything one call needs.
 
         With ``factor_dtype="float32"`` the kernel is, **[definition]**, the first-order kernel
@@ -81,7 +84,10 @@ class FirstOrderCovarianceKernel:
             raise InputError(f"engine must be 'auto', 'fused' or 'numpy', got {engine!r}")
         if engine == "fused" and not _fused.available():
             raise InputError("engine='fused' needs numba: pip install 'rdk-theory[fast]'")
-        self.engine = engine
+        if threads is not None and (isinstance(threads, bool) or not isinstance(threads, (int, np.integer))
+                                    or threads < 1):
+            raise InputError(f"threads must be a positive integer or None, got {threads!r}")
+        self.engine, self.threads = engine, threads
         c = np.ascontiguousarray(factor, dtype=np.float64)
         if factor_dtype == "float32":
             stored = c.astype(np.float32)
@@ -99,18 +105,14 @@ class FirstOrderCovarianceKernel:
         e = np.exp(-a)
         den = 1 + (self.n - 1 - a) * e
         self.a, self.inv_z, self.diag_coef = a, e / den, (1 - e) / den
-        # Precomputed so that one call is two thin matrix products and two passes over N:
-        #   u = [C v ; sum v] = q' @ left.T  with v = q' / Z,
-        #   q'' = u @ [C / tau ; 1] + q' * (diag_coef - a / Z)   (the ones row adds sum v).
-        self._left = np.vstack([c * self.inv_z, self.inv_z[None, :]])  # (S + 1, N)
-        self._right = np.vstack([c / self.tau, np.ones((1, self.n))])  # (S + 1, N)
         self._coef = self.diag_coef - self.a * self.inv_z
         self._fused_arrays = (stored, shift, self.inv_z, self._coef, self.tau)
+        self._products = None  # the numpy/torch engine's (left, right): built on first use
         self._torch = _DeviceCache()
 
     @classmethod
     def from_factor(cls, factor, tau: float, *, engine: str = "auto",
-                    factor_dtype: str = "float64"):
+                    factor_dtype: str = "float64", threads: int | None = None):
         """Build from a precomputed factor ``C`` (S or r, N) with ``Omega = C^T C``."""
         if not tau > 0:
             raise InputError(f"tau must be > 0, got {tau}")
@@ -123,14 +125,27 @@ class FirstOrderCovarianceKernel:
                 f"factor row {int(np.argmax(drift))} does not sum to 0: a first-order factor must "
                 "come from centred calibration rows (then Omega's rows sum to 0)")
         obj = cls.__new__(cls)
-        obj._setup(factor, tau, engine, factor_dtype)
+        obj._setup(factor, tau, engine, factor_dtype, threads)
         return obj
 
     def _arrays(self, like):
+        """``(left, right, coef)`` for the array engines, so that one call is two thin matrix
+        products and two passes over N:
+
+            u = [C v ; sum v] = q' @ left.T  with v = q' / Z,
+            q'' = u @ [C / tau ; 1] + q' * (diag_coef - a / Z)   (the ones row adds sum v).
+
+        ``left`` and ``right`` (2 (r + 1) x N float64) are built on the first call that needs
+        them, so a kernel that only ever runs on the fused engine does not hold them."""
+        if self._products is None:
+            c = self.factor
+            self._products = (np.vstack([c * self.inv_z, self.inv_z[None, :]]),  # (S + 1, N)
+                              np.vstack([c / self.tau, np.ones((1, self.n))]))  # (S + 1, N)
+        left, right = self._products
         if B.is_torch(like):
             g = self._torch.get
-            return g("l", self._left, like), g("r", self._right, like), g("k", self._coef, like)
-        return self._left, self._right, self._coef
+            return g("l", left, like), g("r", right, like), g("k", self._coef, like)
+        return left, right, self._coef
 
     def transport_unclipped(self, q_prime):
         """The first-order vector before clipping (sums to ``sum q'``; may hold negatives).
@@ -155,7 +170,7 @@ class FirstOrderCovarianceKernel:
         build the residual from.
         """
         if self._use_fused(q_prime):
-            return _fused.first_order(q_prime, None, self._fused_arrays)[0]
+            return _fused.first_order(q_prime, None, self._fused_arrays, threads=self.threads)[0]
         out = self.transport_unclipped(q_prime)
         if B.is_torch(out):
             if bool((out < 0).any()):
@@ -175,7 +190,8 @@ class FirstOrderCovarianceKernel:
         ``transport`` followed by :func:`rdk_theory.acceptance_rate` on trusted arrays.
         """
         if self._use_fused(q_prime) and not B.is_torch(target_probs) and not B.is_exact(target_probs):
-            return _fused.first_order(q_prime, target_probs, self._fused_arrays)
+            return _fused.first_order(q_prime, target_probs, self._fused_arrays,
+                                      threads=self.threads)
         out = self.transport(q_prime)
         return out, acceptance_rate(target_probs, out, check=False)
 

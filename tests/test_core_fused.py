@@ -58,6 +58,79 @@ def test_clipped_rows_agree_for_every_block_and_chunk_size(rows, chunk, factor_d
     assert_close(fused.transport(q), ref.transport(q))
 
 
+@pytest.mark.parametrize("threads", [1, 2])
+@pytest.mark.parametrize("rows,segments", [(1, 2), (1, 3), (2, 2), (3, 5), (7, 4)])
+@pytest.mark.parametrize("factor_dtype", ["float64", "float32"])
+def test_vocabulary_split_between_threads_agrees(rows, segments, threads, factor_dtype):
+    """Batch 1 on several threads splits the vocabulary and reduces ``u`` between the passes:
+    segment edges on and off chunk edges, an empty last segment (5 segments of 25 columns in
+    chunks of 7), clipped and unclipped rows, partial last blocks."""
+    cal, q, p = _case(25, seed=3, batch=(7,))
+    ref, fused = _pair(cal, 3e-4, factor_dtype=factor_dtype)
+    neg = ref.transport_unclipped(q).min(axis=-1) < 0
+    assert neg.any() and not neg.all(), neg
+    r_fu, alpha = _fused.first_order(q, p, fused._fused_arrays, rows=rows, chunk=7,
+                                     segments=segments, threads=threads)
+    assert_close(r_fu, ref.transport(q))
+    assert_close(alpha, rt.acceptance_rate(p, ref.transport(q)))
+    wide_cal, wide_q, wide_p = _case(3 * _fused.MIN_SEGMENT + 5, seed=4, batch=(1,))
+    ref, fused = _pair(wide_cal, 0.02, rank=5, factor_dtype=factor_dtype)
+    r_fu, alpha = _fused.first_order(wide_q, wide_p, fused._fused_arrays, threads=threads)
+    assert_close(r_fu, ref.transport(wide_q))
+    assert_close(alpha, rt.acceptance_rate(wide_p, r_fu))
+
+
+def test_plan_splits_the_vocabulary_only_when_threads_would_idle():
+    big = 64 * 8 * 262_144  # S = 64 at 262K: the whole batch in one block
+    assert _fused.plan(1, 262_144, 8 * 8 * 262_144, 2) == (1, 2)  # batch 1: split
+    assert _fused.plan(1, 262_144, 8 * 8 * 262_144, 1) == (1, 1)  # one thread: never
+    assert _fused.plan(64, 262_144, 8 * 8 * 262_144, 2) == (8, 1)  # blocks enough
+    assert _fused.plan(64, 262_144, big, 4) == (64, 4)
+    assert _fused.plan(3, 262_144, 8, 8) == (1, 3)  # 3 blocks, 8 threads: 3 segments each
+    assert _fused.plan(1, 2 * _fused.MIN_SEGMENT - 1, 8, 2) == (1, 1)  # too short to split
+    assert _fused.plan(1, 2 * _fused.MIN_SEGMENT, 8, 4) == (1, 2)
+    assert _fused.plan(5, 100, 8, 2, rows=2) == (2, 1)
+
+
+def test_threads_option_and_concurrent_callers():
+    """``threads`` is validated and changes nothing beyond round-off; numba's thread count is
+    restored after a call; Python threads calling one kernel at once get the right answers."""
+    import threading
+
+    import numba
+
+    cal, q, p = _case(40_000, seed=9, batch=(2,))
+    ref = rt.FirstOrderCovarianceKernel(cal, 0.05, rank=4, engine="numpy")
+    want = ref.transport(q)
+    for threads in (None, 1, 2, 64):
+        fused = rt.FirstOrderCovarianceKernel(cal, 0.05, rank=4, engine="fused", threads=threads)
+        before = numba.get_num_threads()
+        assert_close(fused.transport(q[:1]), want[:1])
+        assert numba.get_num_threads() == before
+    for bad in (0, -1, 1.5, True, "2"):
+        with pytest.raises(rt.InputError, match="threads"):
+            rt.FirstOrderCovarianceKernel(cal, 0.05, rank=4, threads=bad)
+    fused = rt.FirstOrderCovarianceKernel(cal, 0.05, rank=4, engine="fused", threads=2)
+    got, errors = {}, []
+
+    def work(i):
+        try:
+            for _ in range(5):
+                got[i] = fused.transport_with_acceptance(q[i % 2], p[i % 2])
+        except Exception as exc:  # noqa: BLE001 - reported below
+            errors.append(exc)
+
+    workers = [threading.Thread(target=work, args=(i,)) for i in range(4)]
+    for w in workers:
+        w.start()
+    for w in workers:
+        w.join()
+    assert not errors, errors
+    for i, (r, a) in got.items():
+        assert_close(r, want[i % 2])
+        assert_close(a, rt.acceptance_rate(p[i % 2], want[i % 2]))
+
+
 def test_float32_factor_is_recentred_and_close_to_the_float64_kernel():
     cal, q, p = _case(3000, seed=7, s=16, batch=(4,))
     f64 = rt.FirstOrderCovarianceKernel(cal, 0.01, engine="numpy")
@@ -76,13 +149,15 @@ def test_float32_factor_is_recentred_and_close_to_the_float64_kernel():
         rt.FirstOrderCovarianceKernel(cal, 0.01, factor_dtype="float16")
 
 
-def test_the_loops_run_as_plain_python_too():
+@pytest.mark.parametrize("segments", [1, 3])
+def test_the_loops_run_as_plain_python_too(segments):
     """The same loops, un-jitted, give the same numbers: the kernel's logic, not numba's."""
     cal, q, p = _case(25, seed=3, batch=(3,))
     ref = rt.FirstOrderCovarianceKernel(cal, 3e-4, rank=6, engine="numpy", factor_dtype="float32")
     out, alpha = np.empty_like(q), np.empty(3)
     stored, shift, inv_z, coef, tau = ref._fused_arrays
-    _fused._first_order_py(q, p, True, stored, shift, inv_z, coef, 1 / tau, out, alpha, 8, 2)
+    _fused._first_order_py(q, p, True, stored, shift, inv_z, coef, 1 / tau, out, alpha, 8, 2,
+                           segments)
     assert_close(out, ref.transport(q))
     assert_close(alpha, rt.acceptance_rate(p, ref.transport(q)))
 
