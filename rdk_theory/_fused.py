@@ -361,7 +361,8 @@ def first_order(q_prime, target_probs, arrays, *, threads=None, chunk=CHUNK, row
     kernel = _kernel()
     get_threads, set_threads = _compiled["threads"]
     # numba's thread count is per calling thread; the lock keeps two Python threads out of the
-    # thread pool at once (the 'workqueue' threading layer, numba's fallback, aborts on that).
+    # thread pool at once (the 'workqueue' threading layer, numba's fallback, aborts on that),
+    # so calls from several Python threads take turns.
     with _LAUNCH:
         before = get_threads()
         if before != threads:
