@@ -25,8 +25,8 @@ one core cannot draw the bandwidth of two.
 
 One thread is the default because numba's OpenMP workers spin for a while after each call, and
 so do the BLAS (OpenBLAS) workers after each matrix product: interleaving the two on the same
-cores made both 40-60 times slower on the 2-core test machine (a BLAS product with the fused
-engine at ``threads=2``, N = 32K). With one thread the pool is never woken. To use several
+cores made both 30-55 times slower on the 2-core test machine (a BLAS product with the fused
+engine at ``threads=2``, N = 32K: ``benchmarks/bench_thread_contention.py``). With one thread the pool is never woken. To use several
 threads next to BLAS or torch work, give the pools separate cores or set
 ``OMP_WAIT_POLICY=PASSIVE`` before the first call (workers then sleep at once, and each call
 pays their wake-up).
