@@ -100,14 +100,16 @@ def bench_floor_ratios(sizes, batches, s, ranks, repeats, rng, fused):
             fns = {**floor,
                    "tli": lambda: a(rt.tli_proposal(q, vm, check=False)),
                    "marginal": lambda: a(mk.transport(q))}
-            fns.update({k: lambda fo=fo: fo.transport_with_acceptance(q, p)
-                        for k, fo in single.items()})
+            def calls(kernels):
+                return {k: lambda fo=fo: fo.transport_with_acceptance(q, p)
+                        for k, fo in kernels.items()}
+
+            fns.update(calls(single))
             times = median_times(fns, repeats)
             floors = {"floor_alone_ms": median_times(floor, repeats)["floor"],
                       "floor_rr_ms": times.pop("floor")}
             if threaded:  # apart from the BLAS products
-                t = median_times({**floor, **{k: lambda fo=fo: fo.transport_with_acceptance(q, p)
-                                              for k, fo in threaded.items()}}, repeats)
+                t = median_times({**floor, **calls(threaded)}, repeats)
                 floors["floor_rr_mt_ms"] = t.pop("floor")
                 times.update(t)
             # every ratio is to the fastest of the floors measured in this cell: the least

@@ -26,10 +26,10 @@ one core cannot draw the bandwidth of two.
 One thread is the default because numba's OpenMP workers spin for a while after each call, and
 so do the BLAS (OpenBLAS) workers after each matrix product: interleaving the two on the same
 cores made both 30-55 times slower on the 2-core test machine (a BLAS product with the fused
-engine at ``threads=2``, N = 32K: ``benchmarks/bench_thread_contention.py``). With one thread the pool is never woken. To use several
-threads next to BLAS or torch work, give the pools separate cores or set
-``OMP_WAIT_POLICY=PASSIVE`` before the first call (workers then sleep at once, and each call
-pays their wake-up).
+engine at ``threads=2``, N = 32K: ``benchmarks/bench_thread_contention.py``). With one thread
+the pool is never woken. To use several threads next to BLAS or torch work, give the pools
+separate cores or set ``OMP_WAIT_POLICY=PASSIVE`` before the first call (workers then sleep at
+once, and each call pays their wake-up).
 
 Arithmetic is float64 throughout (a float32 factor is promoted as it is read); the summation
 order differs from BLAS, so the two engines agree to round-off, not bit for bit
@@ -93,7 +93,7 @@ def _kernel():
         jit = numba.njit(**opts)
         # The driver calls the helpers and prange by their global names: bind the jitted ones.
         g = globals()
-        for name in ("_dots", "_axpys", "_pass1", "_centre", "_pass2", "_clip_row"):
+        for name in ("_dots", "_axpys", "_pass1", "_centre", "_pass2", "_clip_row", "_work_item"):
             g[name] = jit(g[name + "_py"])
         g["prange"] = numba.prange
         _compiled["first_order"] = numba.njit(parallel=True, **opts)(_first_order_py)
@@ -243,6 +243,17 @@ def _clip_row_py(q, p, with_alpha, out, row, alpha):
     alpha[row] = s
 
 
+def _work_item_py(it, nseg, rb, n_rows, n_chunks, chunk, n):
+    """Work item ``it`` of the split path: ``(block, segment, first row, rows, j_lo, j_hi)``;
+    segment ``s`` of ``nseg`` is a run of whole chunks (the last one may be empty)."""
+    b = it // nseg
+    s = it % nseg
+    b0 = b * rb
+    j_lo = min(n_chunks * s // nseg * chunk, n)
+    j_hi = min(n_chunks * (s + 1) // nseg * chunk, n)
+    return b, s, b0, min(b0 + rb, n_rows) - b0, j_lo, j_hi
+
+
 def _first_order_py(q, p, with_alpha, c, shift, inv_z, coef, inv_tau, out, alpha, chunk, rb, nseg):
     """Rows in blocks of ``rb``; with ``nseg > 1`` each block's vocabulary is also split into
     ``nseg`` chunk-aligned segments. ``prange`` runs the work items on numba's threads in the
@@ -274,25 +285,16 @@ def _first_order_py(q, p, with_alpha, c, shift, inv_z, coef, inv_tau, out, alpha
     lo = np.zeros((nblk, nseg, rb))
     al = np.zeros((nblk, nseg, rb))
     for it in prange(nblk * nseg):
-        b = it // nseg
-        s = it % nseg
-        b0 = b * rb
-        j_lo = min(n_chunks * s // nseg * chunk, n)
-        j_hi = min(n_chunks * (s + 1) // nseg * chunk, n)
-        _pass1(q, inv_z, c, b0, min(b0 + rb, n_rows) - b0, j_lo, j_hi, chunk, u[b, s], sv[b, s],
-               np.empty(chunk))
+        b, s, b0, nb_, j_lo, j_hi = _work_item(it, nseg, rb, n_rows, n_chunks, chunk, n)
+        _pass1(q, inv_z, c, b0, nb_, j_lo, j_hi, chunk, u[b, s], sv[b, s], np.empty(chunk))
     for b in range(nblk):
         for s in range(1, nseg):
             u[b, 0] += u[b, s]
             sv[b, 0] += sv[b, s]
         _centre(u[b, 0], sv[b, 0], shift, inv_tau, min(b * rb + rb, n_rows) - b * rb)
     for it in prange(nblk * nseg):
-        b = it // nseg
-        s = it % nseg
-        b0 = b * rb
-        j_lo = min(n_chunks * s // nseg * chunk, n)
-        j_hi = min(n_chunks * (s + 1) // nseg * chunk, n)
-        _pass2(q, p, with_alpha, c, coef, out, b0, min(b0 + rb, n_rows) - b0, j_lo, j_hi, chunk,
+        b, s, b0, nb_, j_lo, j_hi = _work_item(it, nseg, rb, n_rows, n_chunks, chunk, n)
+        _pass2(q, p, with_alpha, c, coef, out, b0, nb_, j_lo, j_hi, chunk,
                u[b, 0], sv[b, 0], lo[b, s], al[b, s], np.empty(chunk))
     for row in range(n_rows):
         b = row // rb
@@ -303,8 +305,8 @@ def _first_order_py(q, p, with_alpha, c, shift, inv_z, coef, inv_tau, out, alpha
 
 
 # Plain-Python bindings (the loops also run un-jitted, slowly); _kernel() rebinds the jitted ones.
-_dots, _axpys, _pass1, _centre, _pass2, _clip_row, prange = (
-    _dots_py, _axpys_py, _pass1_py, _centre_py, _pass2_py, _clip_row_py, range)
+_dots, _axpys, _pass1, _centre, _pass2, _clip_row, _work_item, prange = (
+    _dots_py, _axpys_py, _pass1_py, _centre_py, _pass2_py, _clip_row_py, _work_item_py, range)
 
 
 def plan(n_rows: int, n: int, factor_bytes: int, threads: int, *, chunk: int = CHUNK,

@@ -17,11 +17,11 @@ order in ``max |B_ij|`` and ``|alpha_exact - alpha_fo| <= TV(q''_exact, q''_fo)`
 The class has the kernel interface (``n``, ``transport``), so it is one pluggable implementation
 of "an approximation of ``M^T q'``"; another formula would be another class with ``transport``.
 
-Engines for numpy float64 input: ``"numpy"`` (two thin BLAS products and element-wise passes;
-the reference) and ``"fused"`` (one compiled two-pass loop per row, :mod:`rdk_theory._fused`,
-needs numba; one thread by default, ``threads=`` for more). ``"auto"`` (the default) takes the fused one when numba is installed and the
-factor has at most ``_fused.AUTO_MAX_ROWS`` rows (a truncated rank; for a full calibration
-factor of many rows the numpy engine's BLAS products are faster). Torch
+Engines for numpy float64 input: ``"numpy"`` (two thin BLAS products and element-wise passes; the
+reference) and ``"fused"`` (one compiled two-pass loop per row, :mod:`rdk_theory._fused`, needs
+numba; one thread by default, ``threads=`` for more). ``"auto"`` (the default) takes the fused one
+when numba is installed and the factor has at most ``_fused.AUTO_MAX_ROWS`` rows (a truncated rank;
+for a full calibration factor of many rows the numpy engine's BLAS products are faster). Torch
 tensors and exact ``Fraction`` arrays always take the array path of their own backend.
 """
 from __future__ import annotations
@@ -84,8 +84,8 @@ class FirstOrderCovarianceKernel:
             raise InputError(f"engine must be 'auto', 'fused' or 'numpy', got {engine!r}")
         if engine == "fused" and not _fused.available():
             raise InputError("engine='fused' needs numba: pip install 'rdk-theory[fast]'")
-        if threads is not None and (isinstance(threads, bool) or not isinstance(threads, (int, np.integer))
-                                    or threads < 1):
+        whole = isinstance(threads, (int, np.integer)) and not isinstance(threads, bool)
+        if threads is not None and not (whole and threads >= 1):
             raise InputError(f"threads must be a positive integer or None, got {threads!r}")
         self.engine, self.threads = engine, threads
         c = np.ascontiguousarray(factor, dtype=np.float64)
