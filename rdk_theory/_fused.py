@@ -77,11 +77,14 @@ def available() -> bool:
     return _compiled["ok"]
 
 
-def _kernel():
+def _kernel(parallel: bool = True):
     """The compiled entry point, jitted on first use (numba caches the machine code on disk).
 
-    One parallel build serves every thread count: :func:`first_order` sets numba's (thread-
-    local) thread count around the call, and a parallel launch costs about 2 microseconds.
+    Two builds of the same driver. The serial one (``parallel=False``: ``prange`` is a plain
+    range) serves one thread, the default: it never touches numba's thread pool, its thread
+    count or the launch lock, which at batch 1 and N = 32K saved about as much time as the floor
+    itself costs (``benchmarks/bench_proposals.py``). The parallel build serves every larger
+    thread count: :func:`first_order` sets numba's (thread-local) thread count around the call.
     """
     if "first_order" not in _compiled:
         import numba
@@ -97,8 +100,9 @@ def _kernel():
             g[name] = jit(g[name + "_py"])
         g["prange"] = numba.prange
         _compiled["first_order"] = numba.njit(parallel=True, **opts)(_first_order_py)
+        _compiled["first_order_serial"] = numba.njit(**opts)(_first_order_py)
         _compiled["threads"] = (numba.get_num_threads, numba.set_num_threads)
-    return _compiled["first_order"]
+    return _compiled["first_order" if parallel else "first_order_serial"]
 
 
 def _dots_py(v, c, j0, m, u):
@@ -360,22 +364,32 @@ def first_order(q_prime, target_probs, arrays, *, threads=None, chunk=CHUNK, row
     alpha = np.empty(q2.shape[0])
     threads = max(1, min(int(threads or 1), default_threads()))
     rb, nseg = plan(q2.shape[0], q2.shape[1], stored.nbytes, threads, chunk=chunk, rows=rows)
+    args = (q2, p2, with_alpha, stored, shift, inv_z, coef, 1.0 / tau, out, alpha, chunk, rb,
+            segments or nseg)
+    if threads == 1:  # the serial build: no thread pool, no lock
+        _kernel(parallel=False)(*args)
+    else:
+        _run_parallel(args, threads)
+    return out.reshape(shape), (alpha.reshape(shape[:-1])[()] if with_alpha else None)
+
+
+def _run_parallel(args, threads):
+    """The parallel build on ``threads`` of numba's threads.
+
+    numba's thread count is per calling thread; the lock keeps two Python threads out of the
+    thread pool at once (the 'workqueue' threading layer, numba's fallback, aborts on that), so
+    calls from several Python threads take turns."""
     kernel = _kernel()
     get_threads, set_threads = _compiled["threads"]
-    # numba's thread count is per calling thread; the lock keeps two Python threads out of the
-    # thread pool at once (the 'workqueue' threading layer, numba's fallback, aborts on that),
-    # so calls from several Python threads take turns.
     with _LAUNCH:
         before = get_threads()
         if before != threads:
             set_threads(threads)
         try:
-            kernel(q2, p2, with_alpha, stored, shift, inv_z, coef, 1.0 / tau, out, alpha,
-                   chunk, rb, segments or nseg)
+            kernel(*args)
         finally:
             if before != threads:
                 set_threads(before)
-    return out.reshape(shape), (alpha.reshape(shape[:-1])[()] if with_alpha else None)
 
 
 def _rows(x):

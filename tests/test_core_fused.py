@@ -131,6 +131,30 @@ def test_threads_option_and_concurrent_callers():
         assert_close(a, rt.acceptance_rate(p[i % 2], want[i % 2]))
 
 
+def test_one_thread_takes_the_serial_build_and_never_the_thread_pool(monkeypatch):
+    """threads=1 (the default) runs the serial build: it agrees with the parallel build on the
+    vocabulary split, and never reads or sets numba's thread count nor takes the launch lock."""
+    cal, q, p = _case(3 * _fused.MIN_SEGMENT + 5, seed=12, batch=(1,))
+    fused = rt.FirstOrderCovarianceKernel(cal, 0.05, rank=4, engine="fused")
+    want = _fused.first_order(q, p, fused._fused_arrays, threads=2, segments=3)
+    _fused._kernel()
+
+    def forbidden(*_):
+        raise AssertionError("the one-thread path touched numba's thread pool")
+
+    class Lock:
+        __enter__ = __exit__ = forbidden
+
+    monkeypatch.setitem(_fused._compiled, "threads", (forbidden, forbidden))
+    monkeypatch.setattr(_fused, "_LAUNCH", Lock())
+    for threads in (None, 1):
+        got = _fused.first_order(q, p, fused._fused_arrays, threads=threads, segments=3)
+        assert_close(got[0], want[0])
+        assert_close(got[1], want[1])
+    with pytest.raises(AssertionError, match="thread pool"):
+        _fused.first_order(q, p, fused._fused_arrays, threads=2)
+
+
 def test_float32_factor_is_recentred_and_close_to_the_float64_kernel():
     cal, q, p = _case(3000, seed=7, s=16, batch=(4,))
     f64 = rt.FirstOrderCovarianceKernel(cal, 0.01, engine="numpy")
