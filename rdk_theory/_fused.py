@@ -7,6 +7,7 @@ compiled loop does it in two passes over the row, walking the target vocabulary 
 stay in L1:
 
 * pass 1: ``v = q' / Z`` for the chunk, ``sum v``, and ``u = C v`` (r dot products);
+  ``1 / Z`` comes from the diagonal coefficient (:func:`_pass1_py`), one array fewer to read;
 * pass 2: ``q'' = sum v + q' * coef + C^T u / tau`` for the chunk, written once, with the sum
   of its negative parts (for the clip) and, when ``p`` is given, ``sum min(p, q'')`` (the
   acceptance).
@@ -162,16 +163,21 @@ def _axpys_py(v, c, j0, m, w):
 
 
 
-def _pass1_py(q, inv_z, c, b0, nb_, j_lo, j_hi, chunk, u, sv, v):
-    """Columns ``[j_lo, j_hi)`` of rows ``b0 .. b0 + nb_``: ``sv += sum v``, ``u += C v``."""
+def _pass1_py(q, coef, inv_n, c, b0, nb_, j_lo, j_hi, chunk, u, sv, v):
+    """Columns ``[j_lo, j_hi)`` of rows ``b0 .. b0 + nb_``: ``sv += sum v``, ``u += C v``.
+
+    ``v = q' / Z`` with ``1 / Z_j = (1 - coef_j) / N``, an identity of the first-order
+    definition (``coef_j + N / Z_j = 1``: the vector sums to ``sum q'``), so both passes read
+    the same array and the second finds it in cache. ``1 - coef`` is at most 1 and ``1 / Z`` at
+    most ``1 / N``, so the identity holds to round-off relative to ``1 / N`` (tested)."""
     for j0 in range(j_lo, j_hi, chunk):
         m = min(j0 + chunk, j_hi) - j0
-        iz = inv_z[j0:j0 + m]
+        cf = coef[j0:j0 + m]
         for i in range(nb_):
             qi = q[b0 + i, j0:j0 + m]
             s = 0.0
             for j in range(m):
-                y = qi[j] * iz[j]
+                y = qi[j] * ((1.0 - cf[j]) * inv_n)
                 v[j] = y
                 s += y
             sv[i] += s
@@ -258,7 +264,7 @@ def _work_item_py(it, nseg, rb, n_rows, n_chunks, chunk, n):
     return b, s, b0, min(b0 + rb, n_rows) - b0, j_lo, j_hi
 
 
-def _first_order_py(q, p, with_alpha, c, shift, inv_z, coef, inv_tau, out, alpha, chunk, rb, nseg):
+def _first_order_py(q, p, with_alpha, c, shift, coef, inv_n, inv_tau, out, alpha, chunk, rb, nseg):
     """Rows in blocks of ``rb``; with ``nseg > 1`` each block's vocabulary is also split into
     ``nseg`` chunk-aligned segments. ``prange`` runs the work items on numba's threads in the
     parallel build and is a plain ``range`` in the serial one (and un-jitted)."""
@@ -274,7 +280,7 @@ def _first_order_py(q, p, with_alpha, c, shift, inv_z, coef, inv_tau, out, alpha
             lo = np.zeros(rb)
             al = np.zeros(rb)
             v = np.empty(chunk)
-            _pass1(q, inv_z, c, b0, nb_, 0, n, chunk, u, sv, v)
+            _pass1(q, coef, inv_n, c, b0, nb_, 0, n, chunk, u, sv, v)
             _centre(u, sv, shift, inv_tau, nb_)
             _pass2(q, p, with_alpha, c, coef, out, b0, nb_, 0, n, chunk, u, sv, lo, al, v)
             for i in range(nb_):
@@ -290,7 +296,7 @@ def _first_order_py(q, p, with_alpha, c, shift, inv_z, coef, inv_tau, out, alpha
     al = np.zeros((nblk, nseg, rb))
     for it in prange(nblk * nseg):
         b, s, b0, nb_, j_lo, j_hi = _work_item(it, nseg, rb, n_rows, n_chunks, chunk, n)
-        _pass1(q, inv_z, c, b0, nb_, j_lo, j_hi, chunk, u[b, s], sv[b, s], np.empty(chunk))
+        _pass1(q, coef, inv_n, c, b0, nb_, j_lo, j_hi, chunk, u[b, s], sv[b, s], np.empty(chunk))
     for b in range(nblk):
         for s in range(1, nseg):
             u[b, 0] += u[b, s]
@@ -341,7 +347,7 @@ def first_order(q_prime, target_probs, arrays, *, threads=None, chunk=CHUNK, row
                 segments=None):
     """First-order proposal (and, when ``target_probs`` is given, its acceptance) in two passes.
 
-    ``q_prime`` (..., N) float64. ``arrays = (stored, shift, inv_z, coef, tau)`` as set up by
+    ``q_prime`` (..., N) float64. ``arrays = (stored, shift, coef, tau)`` as set up by
     :class:`rdk_theory.first_order.FirstOrderCovarianceKernel`: the factor is
     ``C = stored - shift 1^T`` with ``stored`` (r, N) float64 or float32 and ``shift`` (r,)
     float64 (zeros when ``stored`` is ``C`` itself). ``threads``: how many of numba's threads
@@ -351,8 +357,10 @@ def first_order(q_prime, target_probs, arrays, *, threads=None, chunk=CHUNK, row
     """
     if not available():
         raise ImportError("the fused first-order kernel needs numba: pip install 'rdk-theory[fast]'")
-    stored, shift, inv_z, coef, tau = arrays
+    stored, shift, coef, tau = arrays
     shape = q_prime.shape
+    if shape[-1] != coef.shape[0]:
+        raise ValueError(f"q' has {shape[-1]} entries per row, the kernel {coef.shape[0]}")
     q2 = _rows(q_prime)
     with_alpha = target_probs is not None
     if with_alpha:
@@ -364,8 +372,8 @@ def first_order(q_prime, target_probs, arrays, *, threads=None, chunk=CHUNK, row
     alpha = np.empty(q2.shape[0])
     threads = max(1, min(int(threads or 1), default_threads()))
     rb, nseg = plan(q2.shape[0], q2.shape[1], stored.nbytes, threads, chunk=chunk, rows=rows)
-    args = (q2, p2, with_alpha, stored, shift, inv_z, coef, 1.0 / tau, out, alpha, chunk, rb,
-            segments or nseg)
+    args = (q2, p2, with_alpha, stored, shift, coef, 1.0 / coef.shape[0], 1.0 / tau, out, alpha,
+            chunk, rb, segments or nseg)
     if threads == 1:  # the serial build: no thread pool, no lock
         _kernel(parallel=False)(*args)
     else:

@@ -106,7 +106,7 @@ class FirstOrderCovarianceKernel:
         den = 1 + (self.n - 1 - a) * e
         self.a, self.inv_z, self.diag_coef = a, e / den, (1 - e) / den
         self._coef = self.diag_coef - self.a * self.inv_z
-        self._fused_arrays = (stored, shift, self.inv_z, self._coef, self.tau)
+        self._fused_arrays = (stored, shift, self._coef, self.tau)
         self._products = None  # the numpy/torch engine's (left, right): built on first use
         self._torch = _DeviceCache()
 

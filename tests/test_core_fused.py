@@ -155,6 +155,19 @@ def test_one_thread_takes_the_serial_build_and_never_the_thread_pool(monkeypatch
         _fused.first_order(q, p, fused._fused_arrays, threads=2)
 
 
+def test_inverse_normaliser_comes_from_the_diagonal_coefficient():
+    """Pass 1 reads ``1/Z = (1 - coef)/N`` instead of a second array: the identity holds to
+    round-off relative to 1/N at every temperature (at tau = 1e-6 the diagonal reaches a = 124,
+    where 1/Z ~ 1e-54 rounds to 0: an error of 1e-54, far below float64 resolution at 1/N)."""
+    for tau in (1e-6, 1e-3, 1.0):
+        cal, _, _ = _case(500, seed=13, s=8)
+        k = rt.FirstOrderCovarianceKernel(cal, tau, engine="numpy")
+        n = k.n
+        assert np.max(np.abs((1.0 - k._coef) / n - k.inv_z)) <= 4e-16 / n
+    with pytest.raises(ValueError, match="entries per row"):
+        _fused.first_order(np.full((1, 499), 1 / 499), None, k._fused_arrays)
+
+
 def test_float32_factor_is_recentred_and_close_to_the_float64_kernel():
     cal, q, p = _case(3000, seed=7, s=16, batch=(4,))
     f64 = rt.FirstOrderCovarianceKernel(cal, 0.01, engine="numpy")
@@ -179,8 +192,8 @@ def test_the_loops_run_as_plain_python_too(segments):
     cal, q, p = _case(25, seed=3, batch=(3,))
     ref = rt.FirstOrderCovarianceKernel(cal, 3e-4, rank=6, engine="numpy", factor_dtype="float32")
     out, alpha = np.empty_like(q), np.empty(3)
-    stored, shift, inv_z, coef, tau = ref._fused_arrays
-    _fused._first_order_py(q, p, True, stored, shift, inv_z, coef, 1 / tau, out, alpha, 8, 2,
+    stored, shift, coef, tau = ref._fused_arrays
+    _fused._first_order_py(q, p, True, stored, shift, coef, 1 / q.shape[1], 1 / tau, out, alpha, 8, 2,
                            segments)
     assert_close(out, ref.transport(q))
     assert_close(alpha, rt.acceptance_rate(p, ref.transport(q)))

@@ -1,8 +1,10 @@
 """The shared side-by-side timer and the O(N) timing sweep (structure, not speed: no timed test)."""
+import time
+
 import pytest
 
 from gpu_validation import timing
-from rdk_theory._timing import median_times
+from rdk_theory._timing import cache_evictor, median_times
 
 
 def test_median_times_is_round_robin_after_one_warm_up_each():
@@ -15,6 +17,19 @@ def test_median_times_is_round_robin_after_one_warm_up_each():
     assert set(t) == set("abc") and all(v >= 0 for v in t.values())
     with pytest.raises(ValueError, match="repeats"):
         median_times(fns, 0)
+
+
+def test_before_runs_ahead_of_every_timed_run_and_outside_the_timing():
+    calls = []
+    fns = {k: (lambda k=k: calls.append(k)) for k in "ab"}
+    t = median_times(fns, 2, before=lambda: (calls.append("-"), time.sleep(0.05)))
+    assert calls == list("ab") + list("-a-b") * 2  # no eviction before the warm-up
+    assert max(t.values()) < 0.05  # the 50 ms of 'before' is not in the times
+
+
+def test_cache_evictor_reads_its_own_buffer():
+    evict = cache_evictor(1 << 20)
+    assert evict() == (1 << 20) // 8  # the sum of 128K ones: every element was read
 
 
 def test_sweep_reports_every_cell_ratio_and_slope():
