@@ -1,29 +1,35 @@
 """Benchmark: one proposal + acceptance per sampler, as a ratio to the memory-bound floor.
 
 The floor is ``np.minimum(p, q).sum(-1)`` over the same (batch, N) float64 arrays: reading p and
-q once. The methods of one (N, batch) cell are timed interleaved, round-robin, in the same
-process (:func:`rdk_theory._timing.median_times`), the median of ``--repeats`` runs each, so the
-ratios compare like with like on a shared, noisy machine. The floor is timed in each
-round-robin and on its own; every ratio is to the fastest of those floors. Reported:
+q once. Each method is timed side by side with the floor, interleaved round-robin in one process
+(:func:`rdk_theory._timing.median_times`), the median of ``--repeats`` runs each, and its ratio
+is to the floor of its own pair: both were timed in the same minutes and in the same cache
+state, on a shared machine whose speed drifts from minute to minute (``floor_ms`` is the median
+of a cell's pair floors, ``floor_ms_by_method`` each pair's). Two cache regimes:
 
-* the ratio to the floor of TLI, the rank-one marginal kernel (exact RDK in O(N)) and
-  first-order RDK (``transport_with_acceptance``) with the fused engine at ranks 1, 2, 4, 8 and
-  with the full factor of S calibration rows, the fused engine with a float32 factor at rank 8
-  and S, the fused engine on all threads at ranks 1, 4, 8 and S (and 8 with a float32 factor),
-  and the numpy engine at rank 8 and S, at N = 32K, 128K, 152K, 262K, batch 1 and 64;
-* for each first-order variant, the worst ratio over N at each batch and whether it is within
-  the 3x target;
-* growth from N to 2N of first-order RDK (expected about 2: linear) and of exact RDK with a
-  dense N x N kernel (expected about 4: quadratic), the latter at N = 2K..16K where it fits.
+* ``cold``: this core's caches are evicted (a 96 MiB read, untimed) before every timed run, of
+  the floor and of the method alike. This is the case of a decoding loop, where the models'
+  forward passes between two proposals evict p, q and the kernel's factor: the floor then reads
+  p and q from memory, which is what "memory-bound" means.
+* ``hot``: no eviction; at batch 1 the floor's p and q (0.5-4 MiB) then sit in the caches from
+  one run to the next, the floor's best case. At batch 64 the arrays are far larger than any
+  cache and the two regimes measure the same thing.
+
+Reported: the ratio to the floor of TLI, the rank-one marginal kernel (exact RDK in O(N)) and
+first-order RDK (``transport_with_acceptance``) with the fused engine at ranks 1, 2, 4, 8 and
+with the full factor of S calibration rows, the fused engine with a float32 factor at ranks 4
+and 8, the fused engine on all of numba's threads (``_mt``) at ranks 1, 4, 8, and the numpy
+engine at rank 8 and S, at N = 32K, 128K, 152K, 262K, batch 1 and 64; for each method the worst
+ratio over N per batch and regime and whether it is within the 3x target; the growth from N to
+2N of first-order RDK (expected about 2: linear) and of exact RDK with a dense N x N kernel
+(expected about 4: quadratic), the latter at N = 2K..16K where it fits.
 
 Run:  .venv/bin/python benchmarks/bench_proposals.py [--quick] [--json out.json]
 Inputs are trusted arrays (``check=False``): validation is a separate, one-time O(N) cost.
 Threads: the floor, TLI and the marginal kernel are numpy element-wise passes (one core); the
-numpy engine's products use BLAS (all cores); the fused engine runs on one core (its default)
-and, in the ``_mt`` rows, on all of numba's threads. Those are timed in a second round-robin
-with a floor of their own and no BLAS products: numba's OpenMP workers and the BLAS workers both
-spin after each call, and interleaved on the same cores they slow each other down many times
-over (:mod:`rdk_theory._fused`), which would measure the contention, not either method.
+fused engine runs on one core (its default) except in the ``_mt`` rows; the numpy engine's
+products use BLAS (all cores). The numpy-engine rows run last in each cell, after a pause, so
+that their spinning BLAS workers do not slow the others (:mod:`rdk_theory._fused`).
 """
 from __future__ import annotations
 
@@ -32,17 +38,19 @@ import json
 import os
 import platform
 import sys
+import time
 
 import numpy as np
 
 import rdk_theory as rt
 import rdk_theory.case  # noqa: F401  (default_tau)
 from rdk_theory import _fused
-from rdk_theory._timing import median_times
+from rdk_theory._timing import cache_evictor, median_times
 
 SIZES = (32_768, 131_072, 151_936, 262_144)
 BATCHES = (1, 64)
 RANKS = (1, 2, 4, 8)
+REGIMES = ("cold", "hot")
 TARGET = 3.0
 
 
@@ -54,100 +62,96 @@ def _inputs(rng, n, batch, s):
 
 
 def _first_order_kernels(cal, s, ranks, fused: bool):
-    """``({label: kernel}, {label: kernel})``: the kernels timed with BLAS work around, and
-    the fused engine on all of numba's threads (``_mt``), timed apart (see the module doc).
-
-    First group: with numba, the fused engine (one thread, its default) at every rank and S with
-    a float64 factor and at the largest rank and S with a float32 one; always the numpy engine
-    at the largest rank and S. Second group, with numba and more than one core: the fused engine
-    on all threads at ranks 1, 4 and the largest (also float32) and S. Truncated factors come
-    from one SVD of the full factor."""
+    """``{label: kernel}`` in timing order: with numba, the fused engine on one thread (its
+    default) at every rank and S with a float64 factor, at the two largest ranks with a float32
+    one, and on all of numba's threads (``_mt``) at ranks 1, 4 and the largest; then, always, the
+    numpy engine at the largest rank and S. Truncated factors come from one SVD of the full
+    factor."""
     full = rt.FirstOrderCovarianceKernel(cal, rt.case.default_tau(cal), engine="numpy")
     _, sv, vt = np.linalg.svd(full.factor, full_matrices=False)
     factor = {f"r{r}": sv[:r, None] * vt[:r] for r in ranks}
     factor[f"S{s}"] = full.factor
-    big = (f"r{max(ranks)}", f"S{s}")
-    plan = [("numpy", "float64", None, big)]
-    threaded = []
+    plan = []
     if fused:
-        plan = [("fused", "float64", None, tuple(factor)), ("fused", "float32", None, big)] + plan
+        plan += [("fused", "float64", None, tuple(factor)),
+                 ("fused", "float32", None, tuple(f"r{r}" for r in sorted(ranks)[-2:]))]
         if _fused.default_threads() > 1:
-            some = tuple(f"r{r}" for r in sorted({1, 4, max(ranks)}) if r in ranks) + big[1:]
-            threaded = [("fused", "float64", _fused.default_threads(), some),
-                        ("fused", "float32", _fused.default_threads(), big[:1])]
-    groups = []
-    for group in (plan, threaded):
-        out = {}
-        for engine, dtype, threads, labels in group:
-            for label in labels:
-                tag = engine + ("_f32" if dtype == "float32" else "") + ("_mt" if threads else "")
-                out[f"first_order_{label}_{tag}"] = rt.FirstOrderCovarianceKernel.from_factor(
-                    factor[label], full.tau, engine=engine, factor_dtype=dtype, threads=threads)
-        groups.append(out)
-    return groups
+            plan += [("fused", "float64", _fused.default_threads(),
+                      tuple(f"r{r}" for r in sorted({1, 4, max(ranks)}) if r in ranks))]
+    plan += [("numpy", "float64", None, (f"r{max(ranks)}", f"S{s}"))]
+    out = {}
+    for engine, dtype, threads, labels in plan:
+        for label in labels:
+            tag = engine + ("_f32" if dtype == "float32" else "") + ("_mt" if threads else "")
+            out[f"first_order_{label}_{tag}"] = rt.FirstOrderCovarianceKernel.from_factor(
+                factor[label], full.tau, engine=engine, factor_dtype=dtype, threads=threads)
+    return out
 
 
-def bench_floor_ratios(sizes, batches, s, ranks, repeats, rng, fused):
+def bench_floor_ratios(sizes, batches, s, ranks, repeats, rng, fused, regimes=REGIMES):
+    """One row per (N, batch, regime): each method's ratio to the floor timed beside it."""
     rows = []
+    evict = cache_evictor()
     for n in sizes:
         for batch in batches:
             p, q, cal = _inputs(rng, n, batch, s)
             vm = rt.VocabMap.identity(n)
             mk = rt.MarginalKernel(np.full(n, 1.0 / n), 0.1)
             a = lambda r: np.minimum(p, r).sum(-1)  # noqa: E731
-            floor = {"floor": lambda: np.minimum(p, q).sum(-1)}
-            single, threaded = _first_order_kernels(cal, s, ranks, fused)
-            fns = {**floor,
-                   "tli": lambda: a(rt.tli_proposal(q, vm, check=False)),
+            floor = lambda: np.minimum(p, q).sum(-1)  # noqa: E731
+            fns = {"tli": lambda: a(rt.tli_proposal(q, vm, check=False)),
                    "marginal": lambda: a(mk.transport(q))}
-            def calls(kernels):
-                return {k: lambda fo=fo: fo.transport_with_acceptance(q, p)
-                        for k, fo in kernels.items()}
-
-            fns.update(calls(single))
-            times = median_times(fns, repeats)
-            floors = {"floor_alone_ms": median_times(floor, repeats)["floor"],
-                      "floor_rr_ms": times.pop("floor")}
-            if threaded:  # apart from the BLAS products
-                t = median_times({**floor, **calls(threaded)}, repeats)
-                floors["floor_rr_mt_ms"] = t.pop("floor")
-                times.update(t)
-            # every ratio is to the fastest of the floors measured in this cell: the least
-            # disturbed one (spinning BLAS or OpenMP workers slow a neighbour down), which can
-            # only make the ratios larger
-            best = min(floors.values())
-            row = {"N": n, "batch": batch, "floor_ms": 1e3 * best,
-                   **{k: 1e3 * v for k, v in floors.items()}}
-            row.update({f"{k}_ratio": v / best for k, v in times.items()})
-            rows.append(row)
-            print(_fmt_row(row), flush=True)
+            fns.update({k: lambda fo=fo: fo.transport_with_acceptance(q, p)
+                        for k, fo in _first_order_kernels(cal, s, ranks, fused).items()})
+            for regime in regimes:
+                floors, ratios = {}, {}
+                for name, fn in fns.items():
+                    if name.endswith("_numpy"):
+                        time.sleep(0.2)  # let the previous rows' OpenMP workers fall asleep
+                    t = median_times({"floor": floor, name: fn}, repeats,
+                                     before=evict if regime == "cold" else None)
+                    floors[name] = 1e3 * t["floor"]
+                    ratios[f"{name}_ratio"] = t[name] / t["floor"]
+                time.sleep(0.2)  # and the BLAS workers, before the next cell
+                row = {"N": n, "batch": batch, "regime": regime,
+                       "floor_ms": float(np.median(list(floors.values()))),
+                       "floor_ms_by_method": floors, **ratios}
+                rows.append(row)
+                print(_fmt_row(row), flush=True)
     return rows
 
 
 def _fmt_row(row):
     rest = "  ".join(f"{k[:-6].replace('first_order_', 'fo_')} {v:5.2f}x"
                      for k, v in row.items() if k.endswith("_ratio"))
-    return f"N={row['N']:>7} batch={row['batch']:>3} floor={row['floor_ms']:8.3f} ms  {rest}"
+    return (f"N={row['N']:>7} batch={row['batch']:>3} {row['regime']:4s} "
+            f"floor={row['floor_ms']:8.3f} ms  {rest}")
 
 
-def summarise(rows, batches):
-    """Worst ratio over N per method and batch, and whether it meets the target."""
+def summarise(rows, batches, regimes=REGIMES):
+    """Worst ratio over N per method, batch and regime, and whether it meets the target."""
     methods = [k[:-6] for k in rows[0] if k.endswith("_ratio")]
     out = {}
     print(f"\nworst ratio over N (target: within {TARGET:g}x of the floor)")
     for m in methods:
-        worst = {b: max(r[f"{m}_ratio"] for r in rows if r["batch"] == b) for b in batches}
-        out[m] = {f"batch{b}": {"worst_ratio": w, "within_target": w <= TARGET}
-                  for b, w in worst.items()}
-        print(f"  {m:28s} " + "  ".join(
-            f"batch {b:>2}: {w:6.2f}x {'ok' if w <= TARGET else '--'}" for b, w in worst.items()))
+        out[m] = {}
+        cells = []
+        for b in batches:
+            for g in regimes:
+                w = max(r[f"{m}_ratio"] for r in rows if r["batch"] == b and r["regime"] == g)
+                out[m][f"batch{b}_{g}"] = {"worst_ratio": w, "within_target": w <= TARGET}
+                cells.append(f"b{b:<2} {g:4s} {w:6.2f}x {'ok' if w <= TARGET else '--'}")
+        print(f"  {m:30s} " + "  ".join(cells))
     return out
 
 
 def bench_growth(exact_sizes, fo_sizes, s, rank, repeats, rng, fused, batch=1):
-    out = {"exact_dense": {}, "first_order_numpy": {}}
-    if fused:
-        out[f"first_order_r{rank}_fused"] = {}
+    """Time vs N at batch 1. First-order RDK in both cache regimes: hot, a working set that
+    outgrows the last-level cache between two sizes shows up as a jump (a cache effect, not
+    the algorithm's order); cold, every size reads from memory and the order shows alone."""
+    evict = cache_evictor()
+    fo_keys = ["first_order_numpy"] + ([f"first_order_r{rank}_fused"] if fused else [])
+    out = {"exact_dense": {}, **{f"{k}_{g}": {} for k in fo_keys for g in REGIMES}}
     for n in exact_sizes:
         _, q, cal = _inputs(rng, n, batch, s)
         m = rng.dirichlet(np.full(n, 0.05), size=n)  # a dense row-stochastic kernel
@@ -161,8 +165,11 @@ def bench_growth(exact_sizes, fo_sizes, s, rank, repeats, rng, fused, batch=1):
         if fused:
             fr = rt.FirstOrderCovarianceKernel(cal, 1.0, rank=rank, engine="fused")
             fns[f"first_order_r{rank}_fused"] = lambda: fr.transport(q)
-        for k, v in median_times(fns, repeats).items():
-            out[k][n] = v
+        for k, fn in fns.items():  # apart: the numpy engine's spinning BLAS workers would
+            for g in REGIMES:  # slow the fused engine down
+                out[f"{k}_{g}"][n] = median_times(
+                    {k: fn}, repeats, before=evict if g == "cold" else None)[k]
+            time.sleep(0.2)
     growth = {}
     for k, d in out.items():
         ns = sorted(d)
@@ -173,13 +180,60 @@ def bench_growth(exact_sizes, fo_sizes, s, rank, repeats, rng, fused, batch=1):
             "growth": growth}
 
 
+_LABELS = {"tli": "TLI", "marginal": "marginal"}
+
+
+def _label(method):
+    """Column label: ``first_order_r4_fused_f32`` -> ``r4 f32``; ``_numpy``, ``_mt`` kept."""
+    if method in _LABELS:
+        return _LABELS[method]
+    _, _, size, *rest = method.split("_")
+    return " ".join([size] + [t for t in rest if t != "fused"])
+
+
+def _x(v):
+    return f"{v:.1f}x" if v < 10 else f"{v:.0f}x"
+
+
+def markdown(results) -> str:
+    """The README's tables from a ``--json`` file: one per batch size (rows: N and regime),
+    then the worst ratio over N per method, batch and regime."""
+    rows, summary = results["floor_ratios"], results["summary"]
+    methods = [k[:-6] for k in rows[0] if k.endswith("_ratio")]
+    out = []
+    for batch in sorted({r["batch"] for r in rows}):
+        out += [f"Batch {batch}:", "",
+                "| N | caches | floor | " + " | ".join(_label(m) for m in methods) + " |",
+                "|---|---|---|" + "---|" * len(methods)]
+        for r in rows:
+            if r["batch"] == batch:
+                out.append(f"| {r['N']:,} | {r['regime']} | {r['floor_ms']:.3g} ms | "
+                           + " | ".join(_x(r[f"{m}_ratio"]) for m in methods) + " |")
+        out.append("")
+    cells = list(summary[methods[0]])
+    out += ["Worst ratio over N (**bold**: within the 3x target):", "",
+            "| method | " + " | ".join(c.replace("_", " ") for c in cells) + " |",
+            "|---|" + "---|" * len(cells)]
+    for m in methods:
+        out.append(f"| {_label(m)} | " + " | ".join(
+            (f"**{_x(v['worst_ratio'])}**" if v["within_target"] else _x(v["worst_ratio"]))
+            for v in summary[m].values()) + " |")
+    return "\n".join(out)
+
+
 def main(argv=None):
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--quick", action="store_true", help="fewer sizes and repeats")
     ap.add_argument("--calibration", type=int, default=64, help="S, calibration rows (default 64)")
     ap.add_argument("--repeats", type=int, default=None, help="runs per method (default 21; 5 with --quick)")
     ap.add_argument("--json", default=None, help="write the results here")
+    ap.add_argument("--table", metavar="RESULTS.json", default=None,
+                    help="print the README's markdown tables from an earlier --json run, and stop")
     args = ap.parse_args(argv)
+    if args.table:
+        with open(args.table) as fh:
+            print(markdown(json.load(fh)))
+        return
     repeats = args.repeats or (5 if args.quick else 21)
     fused = _fused.available()
     rng = np.random.default_rng(0)
@@ -201,6 +255,8 @@ def main(argv=None):
                                    "fused_threads": _fused.default_threads() if fused else None},
                        "repeats": repeats, "calibration_rows": args.calibration,
                        "ranks": list(RANKS), "target_ratio": TARGET, "fused_engine": fused,
+                       "regimes": {"cold": "caches evicted (96 MiB read) before every timed run",
+                                   "hot": "no eviction between runs"},
                        "floor_ratios": ratios, "summary": summary, "growth": growth}, fh, indent=2)
 
 
