@@ -41,6 +41,7 @@ from __future__ import annotations
 
 import importlib
 import threading
+import types
 
 import numpy as np
 
@@ -101,7 +102,12 @@ def _kernel(parallel: bool = True):
             g[name] = jit(g[name + "_py"])
         g["prange"] = numba.prange
         _compiled["first_order"] = numba.njit(parallel=True, **opts)(_first_order_py)
-        _compiled["first_order_serial"] = numba.njit(**opts)(_first_order_py)
+        # A renamed copy for the serial build: numba's on-disk cache is keyed by the function's
+        # name and bytecode, not by ``parallel``, so one name would let either build load the
+        # other's machine code from the cache.
+        serial = types.FunctionType(_first_order_py.__code__, g, "_first_order_serial_py")
+        serial.__qualname__ = serial.__name__
+        _compiled["first_order_serial"] = numba.njit(**opts)(serial)
         _compiled["threads"] = (numba.get_num_threads, numba.set_num_threads)
     return _compiled["first_order" if parallel else "first_order_serial"]
 

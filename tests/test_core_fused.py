@@ -155,6 +155,17 @@ def test_one_thread_takes_the_serial_build_and_never_the_thread_pool(monkeypatch
         _fused.first_order(q, p, fused._fused_arrays, threads=2)
 
 
+def test_serial_and_parallel_builds_never_share_a_disk_cache_entry():
+    """numba names its disk-cache files by the function's qualified name and keys entries by
+    bytecode, not by ``parallel``: the two builds must come from differently named functions,
+    or a later process could load the parallel machine code for the serial build (or the
+    reverse)."""
+    par, ser = _fused._kernel(True), _fused._kernel(False)
+    assert par is not ser
+    assert par.py_func.__qualname__ != ser.py_func.__qualname__
+    assert par.py_func.__code__ is ser.py_func.__code__  # the same driver, not a copy of it
+
+
 def test_inverse_normaliser_comes_from_the_diagonal_coefficient():
     """Pass 1 reads ``1/Z = (1 - coef)/N`` instead of a second array: the identity holds to
     round-off relative to 1/N at every temperature (at tau = 1e-6 the diagonal reaches a = 124,
