@@ -34,6 +34,7 @@ that their spinning BLAS workers do not slow the others (:mod:`rdk_theory._fused
 from __future__ import annotations
 
 import argparse
+import functools
 import json
 import os
 import platform
@@ -88,10 +89,19 @@ def _first_order_kernels(cal, s, ranks, fused: bool):
     return out
 
 
+@functools.lru_cache(maxsize=None)
+def _evictor():
+    return cache_evictor()  # one 96 MiB buffer for the whole run
+
+
+def _before(regime):
+    """The untimed step ahead of each timed run: a cache eviction in the cold regime."""
+    return _evictor() if regime == "cold" else None
+
+
 def bench_floor_ratios(sizes, batches, s, ranks, repeats, rng, fused, regimes=REGIMES):
     """One row per (N, batch, regime): each method's ratio to the floor timed beside it."""
     rows = []
-    evict = cache_evictor()
     for n in sizes:
         for batch in batches:
             p, q, cal = _inputs(rng, n, batch, s)
@@ -108,8 +118,7 @@ def bench_floor_ratios(sizes, batches, s, ranks, repeats, rng, fused, regimes=RE
                 for name, fn in fns.items():
                     if name.endswith("_numpy"):
                         time.sleep(0.2)  # let the previous rows' OpenMP workers fall asleep
-                    t = median_times({"floor": floor, name: fn}, repeats,
-                                     before=evict if regime == "cold" else None)
+                    t = median_times({"floor": floor, name: fn}, repeats, before=_before(regime))
                     floors[name] = 1e3 * t["floor"]
                     ratios[f"{name}_ratio"] = t[name] / t["floor"]
                 time.sleep(0.2)  # and the BLAS workers, before the next cell
@@ -149,7 +158,6 @@ def bench_growth(exact_sizes, fo_sizes, s, rank, repeats, rng, fused, batch=1):
     """Time vs N at batch 1. First-order RDK in both cache regimes: hot, a working set that
     outgrows the last-level cache between two sizes shows up as a jump (a cache effect, not
     the algorithm's order); cold, every size reads from memory and the order shows alone."""
-    evict = cache_evictor()
     fo_keys = ["first_order_numpy"] + ([f"first_order_r{rank}_fused"] if fused else [])
     out = {"exact_dense": {}, **{f"{k}_{g}": {} for k in fo_keys for g in REGIMES}}
     for n in exact_sizes:
@@ -167,8 +175,7 @@ def bench_growth(exact_sizes, fo_sizes, s, rank, repeats, rng, fused, batch=1):
             fns[f"first_order_r{rank}_fused"] = lambda: fr.transport(q)
         for k, fn in fns.items():  # apart: the numpy engine's spinning BLAS workers would
             for g in REGIMES:  # slow the fused engine down
-                out[f"{k}_{g}"][n] = median_times(
-                    {k: fn}, repeats, before=evict if g == "cold" else None)[k]
+                out[f"{k}_{g}"][n] = median_times({k: fn}, repeats, before=_before(g))[k]
             time.sleep(0.2)
     growth = {}
     for k, d in out.items():
