@@ -39,6 +39,7 @@ order differs from BLAS, so the two engines agree to round-off, not bit for bit
 """
 from __future__ import annotations
 
+import functools
 import importlib
 import threading
 import types
@@ -60,6 +61,7 @@ _FACTOR_BYTES_PER_ROW = 2 << 20
 #: rank 8 at batch 1 and 64.
 AUTO_MAX_ROWS = 16
 _compiled: dict = {}
+_F64 = np.dtype(np.float64)
 _LAUNCH = threading.Lock()
 
 
@@ -98,7 +100,8 @@ def _kernel(parallel: bool = True):
         jit = numba.njit(**opts)
         # The driver calls the helpers and prange by their global names: bind the jitted ones.
         g = globals()
-        for name in ("_dots", "_axpys", "_pass1", "_centre", "_pass2", "_clip_row", "_work_item"):
+        for name in ("_dots", "_axpys", "_head", "_pass1", "_centre", "_pass2", "_clip_row",
+                     "_work_item"):
             g[name] = jit(g[name + "_py"])
         g["prange"] = numba.prange
         _compiled["first_order"] = numba.njit(parallel=True, **opts)(_first_order_py)
@@ -112,10 +115,10 @@ def _kernel(parallel: bool = True):
     return _compiled["first_order" if parallel else "first_order_serial"]
 
 
-def _dots_py(v, c, j0, m, u):
-    """``u[k] += sum_j v[j] c[k, j0 + j]``, four factor rows per sweep over ``v``."""
+def _dots_py(v, c, k0, j0, m, u):
+    """``u[k] += sum_j v[j] c[k, j0 + j]`` for the factor rows ``k >= k0``, four per sweep."""
     r = c.shape[0]
-    k = 0
+    k = k0
     while k + 4 <= r:
         c0 = c[k, j0:j0 + m]
         c1 = c[k + 1, j0:j0 + m]
@@ -144,10 +147,11 @@ def _dots_py(v, c, j0, m, u):
         u[k] += a0
         k += 1
 
-def _axpys_py(v, c, j0, m, w):
-    """``v[j] += sum_k w[k] c[k, j0 + j]``, four factor rows per sweep over ``v``."""
+
+def _axpys_py(v, c, k0, j0, m, w):
+    """``v[j] += sum_k w[k] c[k, j0 + j]`` for the factor rows ``k >= k0``, four per sweep."""
     r = c.shape[0]
-    k = 0
+    k = k0
     while k + 4 <= r:
         c0 = c[k, j0:j0 + m]
         c1 = c[k + 1, j0:j0 + m]
@@ -168,6 +172,17 @@ def _axpys_py(v, c, j0, m, w):
         k += 1
 
 
+def _head_py(c, j0, m):
+    """The chunk ``[j0, j0 + m)`` of the factor's first ``min(r, 4)`` rows as four slices.
+
+    The passes fold these rows into the loop that reads ``q'`` (and writes ``q''``), so a rank
+    of at most 4 makes one sweep over the chunk per pass. With fewer than four rows the last
+    one is repeated: its repeats are L1 hits, their dot products are dropped and their weights
+    are 0, so one loop body serves every rank."""
+    g = min(c.shape[0], 4) - 1
+    return (c[0, j0:j0 + m], c[min(1, g), j0:j0 + m], c[min(2, g), j0:j0 + m],
+            c[min(3, g), j0:j0 + m])
+
 
 def _pass1_py(q, coef, inv_n, c, b0, nb_, j_lo, j_hi, chunk, u, sv, v):
     """Columns ``[j_lo, j_hi)`` of rows ``b0 .. b0 + nb_``: ``sv += sum v``, ``u += C v``.
@@ -175,19 +190,40 @@ def _pass1_py(q, coef, inv_n, c, b0, nb_, j_lo, j_hi, chunk, u, sv, v):
     ``v = q' / Z`` with ``1 / Z_j = (1 - coef_j) / N``, an identity of the first-order
     definition (``coef_j + N / Z_j = 1``: the vector sums to ``sum q'``), so both passes read
     the same array and the second finds it in cache. ``1 - coef`` is at most 1 and ``1 / Z`` at
-    most ``1 / N``, so the identity holds to round-off relative to ``1 / N`` (tested)."""
+    most ``1 / N``, so the identity holds to round-off relative to ``1 / N`` (tested).
+    The first four factor rows are dotted in the loop that forms ``v`` (:func:`_head_py`);
+    further rows sweep the stored chunk of ``v``."""
+    r = c.shape[0]
     for j0 in range(j_lo, j_hi, chunk):
         m = min(j0 + chunk, j_hi) - j0
         cf = coef[j0:j0 + m]
+        c0, c1, c2, c3 = _head(c, j0, m)
         for i in range(nb_):
             qi = q[b0 + i, j0:j0 + m]
             s = 0.0
+            a0 = 0.0
+            a1 = 0.0
+            a2 = 0.0
+            a3 = 0.0
             for j in range(m):
                 y = qi[j] * ((1.0 - cf[j]) * inv_n)
                 v[j] = y
                 s += y
+                a0 += y * c0[j]
+                a1 += y * c1[j]
+                a2 += y * c2[j]
+                a3 += y * c3[j]
             sv[i] += s
-            _dots(v, c, j0, m, u[i])
+            ui = u[i]
+            ui[0] += a0
+            if r > 1:
+                ui[1] += a1
+            if r > 2:
+                ui[2] += a2
+            if r > 3:
+                ui[3] += a3
+            if r > 4:
+                _dots(v, c, 4, j0, m, ui)
 
 
 def _centre_py(u, sv, shift, inv_tau, nb_):
@@ -205,35 +241,47 @@ def _centre_py(u, sv, shift, inv_tau, nb_):
         sv[i] -= corr
 
 
-def _pass2_py(q, p, with_alpha, c, coef, out, b0, nb_, j_lo, j_hi, chunk, u, sv, lo, al, v):
+def _pass2_py(q, p, with_alpha, c, coef, out, b0, nb_, j_lo, j_hi, chunk, u, sv, lo, al, v,
+              one):
     """Columns ``[j_lo, j_hi)``: ``q''`` written once; ``lo += sum of its negative parts``
-    (< 0 iff an entry is < 0) and, with ``p``, ``al += sum min(p, q'')``."""
+    (< 0 iff an entry is < 0) and, with ``p``, ``al += sum min(p, q'')``.
+
+    One loop forms ``q''`` from ``q' coef``, ``sum v`` and the first four factor rows and
+    writes it. With more than four rows, ``q' coef`` plus the other rows' terms are first put
+    in the chunk of ``v``, and the loop reads ``v`` times ``one`` (ones) in place of
+    ``q' coef``. Without ``p`` the loop reads ``q'`` in its place (L1 hits) and drops the sum."""
+    r = c.shape[0]
     for j0 in range(j_lo, j_hi, chunk):
         m = min(j0 + chunk, j_hi) - j0
         cf = coef[j0:j0 + m]
+        c0, c1, c2, c3 = _head(c, j0, m)
         for i in range(nb_):
             qi = q[b0 + i, j0:j0 + m]
-            s0 = sv[i]
-            for j in range(m):
-                v[j] = s0 + qi[j] * cf[j]
-            _axpys(v, c, j0, m, u[i])
-            oi = out[b0 + i, j0:j0 + m]
-            low = 0.0
-            if with_alpha:
-                pi = p[b0 + i, j0:j0 + m]
-                s = 0.0
-                for j in range(m):  # selects, not min(): min() did not vectorise as well
-                    x = v[j]
-                    oi[j] = x
-                    y = pi[j]
-                    s += x if x < y else y
-                    low += x if x < 0.0 else 0.0
-                al[i] += s
-            else:
+            pi = p[b0 + i, j0:j0 + m] if with_alpha else qi
+            ui = u[i]
+            w0 = ui[0]
+            w1 = ui[1] if r > 1 else 0.0
+            w2 = ui[2] if r > 2 else 0.0
+            w3 = ui[3] if r > 3 else 0.0
+            xs = qi
+            ys = cf
+            if r > 4:
                 for j in range(m):
-                    x = v[j]
-                    oi[j] = x
-                    low += x if x < 0.0 else 0.0
+                    v[j] = qi[j] * cf[j]
+                _axpys(v, c, 4, j0, m, ui)
+                xs = v[:m]
+                ys = one[:m]
+            s0 = sv[i]
+            oi = out[b0 + i, j0:j0 + m]
+            s = 0.0
+            low = 0.0
+            for j in range(m):  # selects, not min(): min() did not vectorise as well
+                x = s0 + xs[j] * ys[j] + w0 * c0[j] + w1 * c1[j] + w2 * c2[j] + w3 * c3[j]
+                oi[j] = x
+                y = pi[j]
+                s += x if x < y else y
+                low += x if x < 0.0 else 0.0
+            al[i] += s
             lo[i] += low
 
 
@@ -288,7 +336,8 @@ def _first_order_py(q, p, with_alpha, c, shift, coef, inv_n, inv_tau, out, alpha
             v = np.empty(chunk)
             _pass1(q, coef, inv_n, c, b0, nb_, 0, n, chunk, u, sv, v)
             _centre(u, sv, shift, inv_tau, nb_)
-            _pass2(q, p, with_alpha, c, coef, out, b0, nb_, 0, n, chunk, u, sv, lo, al, v)
+            _pass2(q, p, with_alpha, c, coef, out, b0, nb_, 0, n, chunk, u, sv, lo, al, v,
+                   np.ones(chunk))
             for i in range(nb_):
                 alpha[b0 + i] = al[i]
                 if lo[i] < 0:
@@ -311,7 +360,7 @@ def _first_order_py(q, p, with_alpha, c, shift, coef, inv_n, inv_tau, out, alpha
     for it in prange(nblk * nseg):
         b, s, b0, nb_, j_lo, j_hi = _work_item(it, nseg, rb, n_rows, n_chunks, chunk, n)
         _pass2(q, p, with_alpha, c, coef, out, b0, nb_, j_lo, j_hi, chunk,
-               u[b, 0], sv[b, 0], lo[b, s], al[b, s], np.empty(chunk))
+               u[b, 0], sv[b, 0], lo[b, s], al[b, s], np.empty(chunk), np.ones(chunk))
     for row in range(n_rows):
         b = row // rb
         i = row - b * rb
@@ -321,8 +370,9 @@ def _first_order_py(q, p, with_alpha, c, shift, coef, inv_n, inv_tau, out, alpha
 
 
 # Plain-Python bindings (the loops also run un-jitted, slowly); _kernel() rebinds the jitted ones.
-_dots, _axpys, _pass1, _centre, _pass2, _clip_row, _work_item, prange = (
-    _dots_py, _axpys_py, _pass1_py, _centre_py, _pass2_py, _clip_row_py, _work_item_py, range)
+_dots, _axpys, _head, _pass1, _centre, _pass2, _clip_row, _work_item, prange = (
+    _dots_py, _axpys_py, _head_py, _pass1_py, _centre_py, _pass2_py, _clip_row_py, _work_item_py,
+    range)
 
 
 def plan(n_rows: int, n: int, factor_bytes: int, threads: int, *, chunk: int = CHUNK,
@@ -361,12 +411,17 @@ def first_order(q_prime, target_probs, arrays, *, threads=None, chunk=CHUNK, row
     ``segments`` override :func:`plan` (tests use them to reach every code path). Returns
     ``(proposal, alpha)``, ``alpha`` None when ``target_probs`` is None. Needs numba.
     """
-    if not available():
-        raise ImportError("the fused first-order kernel needs numba: pip install 'rdk-theory[fast]'")
+    serial = _compiled.get("first_order_serial")  # one dict read per call once compiled
+    if serial is None:
+        if not available():
+            raise ImportError("the fused first-order kernel needs numba: "
+                              "pip install 'rdk-theory[fast]'")
+        serial = _kernel(parallel=False)
     stored, shift, coef, tau = arrays
     shape = q_prime.shape
-    if shape[-1] != coef.shape[0]:
-        raise ValueError(f"q' has {shape[-1]} entries per row, the kernel {coef.shape[0]}")
+    n = coef.shape[0]
+    if shape[-1] != n:
+        raise ValueError(f"q' has {shape[-1]} entries per row, the kernel {n}")
     q2 = _rows(q_prime)
     with_alpha = target_probs is not None
     if with_alpha:
@@ -374,17 +429,24 @@ def first_order(q_prime, target_probs, arrays, *, threads=None, chunk=CHUNK, row
         p2 = _rows(p)
     else:
         p2 = q2[:0]
-    out = np.empty(q2.shape)
-    alpha = np.empty(q2.shape[0])
-    threads = max(1, min(int(threads or 1), default_threads()))
-    rb, nseg = plan(q2.shape[0], q2.shape[1], stored.nbytes, threads, chunk=chunk, rows=rows)
-    args = (q2, p2, with_alpha, stored, shift, coef, 1.0 / coef.shape[0], 1.0 / tau, out, alpha,
+    n_rows = q2.shape[0]
+    out = np.empty((n_rows, n))
+    alpha = np.empty(n_rows)
+    threads = 1 if threads is None or threads == 1 else max(1, min(int(threads), default_threads()))
+    rb, nseg = _plan_memo(n_rows, n, stored.nbytes, threads, chunk, rows)
+    args = (q2, p2, with_alpha, stored, shift, coef, 1.0 / n, 1.0 / tau, out, alpha,
             chunk, rb, segments or nseg)
     if threads == 1:  # the serial build: no thread pool, no lock
-        _kernel(parallel=False)(*args)
+        serial(*args)
     else:
         _run_parallel(args, threads)
     return out.reshape(shape), (alpha.reshape(shape[:-1])[()] if with_alpha else None)
+
+
+@functools.lru_cache(maxsize=256)
+def _plan_memo(n_rows, n, factor_bytes, threads, chunk, rows):
+    """:func:`plan`, remembered: a decode loop asks for the same shapes on every call."""
+    return plan(n_rows, n, factor_bytes, threads, chunk=chunk, rows=rows)
 
 
 def _run_parallel(args, threads):
@@ -408,6 +470,6 @@ def _run_parallel(args, threads):
 
 def _rows(x):
     """``x`` as a C-contiguous float64 (rows, N) array (a view when it already is one)."""
-    if not (x.dtype == np.float64 and x.flags.c_contiguous):
+    if not (x.dtype is _F64 and x.flags.c_contiguous):
         x = np.ascontiguousarray(x, dtype=np.float64)
     return x.reshape(-1, x.shape[-1])

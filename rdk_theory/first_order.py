@@ -35,6 +35,15 @@ from .kernels import _DeviceCache
 from .validation import InputError, as_prob_array
 
 
+_F64 = np.dtype(np.float64)
+
+
+def _plain(x) -> bool:
+    """A non-empty numpy float64 array of at least one axis (not a subclass): the decode-loop
+    input, tested with a few attribute reads because the test runs on every call."""
+    return type(x) is np.ndarray and x.dtype is _F64 and x.ndim > 0 and x.size > 0
+
+
 class FirstOrderCovarianceKernel:
     """First-order approximation of the covariance-softmax kernel at temperature ``tau``.
 
@@ -108,6 +117,7 @@ class FirstOrderCovarianceKernel:
         self._coef = self.diag_coef - self.a * self.inv_z
         self._fused_arrays = (stored, shift, self._coef, self.tau)
         self._products = None  # the numpy/torch engine's (left, right): built on first use
+        self._fused_on = None  # whether plain float64 input runs the fused engine: first use
         self._torch = _DeviceCache()
 
     @classmethod
@@ -169,7 +179,7 @@ class FirstOrderCovarianceKernel:
         returned as is; either way the returned vector is the one to sample, divide by and
         build the residual from.
         """
-        if self._use_fused(q_prime):
+        if _plain(q_prime) and self._fused_engine_on() or self._use_fused(q_prime):
             return _fused.first_order(q_prime, None, self._fused_arrays, threads=self.threads)[0]
         out = self.transport_unclipped(q_prime)
         if B.is_torch(out):
@@ -189,13 +199,29 @@ class FirstOrderCovarianceKernel:
         acceptance costs no extra read of the proposal); otherwise this is
         ``transport`` followed by :func:`rdk_theory.acceptance_rate` on trusted arrays.
         """
-        if self._use_fused(q_prime) and not B.is_torch(target_probs) and not B.is_exact(target_probs):
+        if (_plain(q_prime) and _plain(target_probs) and self._fused_engine_on()
+                or self._use_fused(q_prime) and not B.is_torch(target_probs)
+                and not B.is_exact(target_probs)):
             return _fused.first_order(q_prime, target_probs, self._fused_arrays,
                                       threads=self.threads)
         out = self.transport(q_prime)
         return out, acceptance_rate(target_probs, out, check=False)
 
+    def _fused_engine_on(self) -> bool:
+        """Whether numpy float64 input goes to the fused engine: ``engine="fused"``, or
+        ``"auto"`` with a factor of at most ``_fused.AUTO_MAX_ROWS`` rows and numba importable.
+        Decided on first use (numba is imported then, not with the package) and kept: the
+        decode-loop call then does a handful of checks before the compiled kernel."""
+        if self._fused_on is None:
+            self._fused_on = (self.engine == "fused" or self.engine == "auto"
+                              and self.factor.shape[0] <= _fused.AUTO_MAX_ROWS
+                              and _fused.available())
+        return self._fused_on
+
     def _use_fused(self, q_prime) -> bool:
+        """The general test, for input that is not a plain float64 array (see :func:`_plain`):
+        torch, exact and other-dtype input take the numpy/torch engine, and
+        ``engine="fused"`` refuses them."""
         if self.engine == "numpy" or B.is_torch(q_prime) or B.is_exact(q_prime):
             return False
         usable = (isinstance(q_prime, np.ndarray) and q_prime.dtype == np.float64
@@ -203,9 +229,7 @@ class FirstOrderCovarianceKernel:
         if self.engine == "fused" and not usable:
             raise InputError(f"engine='fused' takes a non-empty numpy float64 array, got "
                              f"{type(q_prime).__name__} {getattr(q_prime, 'dtype', '')}")
-        if self.engine == "auto" and self.factor.shape[0] > _fused.AUTO_MAX_ROWS:
-            return False
-        return usable and _fused.available()
+        return usable and self._fused_engine_on()
 
     def max_offdiag_affinity(self) -> float:
         """``max_{i != j} |B_ij|`` (forms Omega: small N only, for error checks)."""

@@ -246,6 +246,7 @@ def test_auto_falls_back_to_numpy_without_numba(monkeypatch):
     cal, q, _ = _case(40, seed=4, batch=(3,))
     ref = rt.FirstOrderCovarianceKernel(cal, 0.05, engine="numpy").transport(q)
     monkeypatch.setattr(_fused, "available", lambda: False)
+    monkeypatch.setattr(_fused, "_compiled", {})  # without numba nothing was ever compiled
     auto = rt.FirstOrderCovarianceKernel(cal, 0.05)
     assert not auto._use_fused(q)
     assert np.array_equal(auto.transport(q), ref)  # literally the numpy engine
