@@ -12,6 +12,12 @@ stay in L1:
   of its negative parts (for the clip) and, when ``p`` is given, ``sum min(p, q'')`` (the
   acceptance).
 
+Each pass is one loop per chunk and row for a rank of at most 4: the first four factor rows
+are read in the same loop that reads ``q'`` (and, in pass 2, writes ``q''``);
+each further group of four rows adds one sweep over a chunk-sized buffer in L1
+(:func:`_group_py`). Writing the chunk's slices out before the loop is what lets LLVM
+vectorise it (indexing the whole rows did not).
+
 A row with a negative entry is then clipped and renormalised to ``sum q'`` exactly as the numpy
 path does, and its acceptance recomputed. Rows are taken in blocks that share one read of the
 factor ``C``; the block size grows with the factor so that a large factor (many calibration
@@ -100,8 +106,8 @@ def _kernel(parallel: bool = True):
         jit = numba.njit(**opts)
         # The driver calls the helpers and prange by their global names: bind the jitted ones.
         g = globals()
-        for name in ("_dots", "_axpys", "_head", "_pass1", "_centre", "_pass2", "_clip_row",
-                     "_work_item"):
+        for name in ("_group", "_weights", "_add4", "_dots", "_axpys", "_pass1", "_centre",
+                     "_pass2", "_clip_row", "_work_item"):
             g[name] = jit(g[name + "_py"])
         g["prange"] = numba.prange
         _compiled["first_order"] = numba.njit(parallel=True, **opts)(_first_order_py)
@@ -115,15 +121,41 @@ def _kernel(parallel: bool = True):
     return _compiled["first_order" if parallel else "first_order_serial"]
 
 
+def _group_py(c, k, j0, m):
+    """The chunk ``[j0, j0 + m)`` of the factor rows ``k .. k + 3`` as four slices.
+
+    Past the last row the last row is repeated: its repeats are L1 hits, their dot products
+    are dropped and their weights are 0 (:func:`_weights_py`), so one loop body serves every
+    rank, and the passes fold the first group into the loop that reads ``q'`` (and writes
+    ``q''``): a rank of at most 4 makes one sweep over each chunk per pass."""
+    g = c.shape[0] - 1
+    return (c[k, j0:j0 + m], c[min(k + 1, g), j0:j0 + m], c[min(k + 2, g), j0:j0 + m],
+            c[min(k + 3, g), j0:j0 + m])
+
+
+def _weights_py(w, k):
+    """``w[k .. k + 3]``, 0 past the last row (see :func:`_group_py`)."""
+    r = w.shape[0]
+    return (w[k], w[k + 1] if k + 1 < r else 0.0, w[k + 2] if k + 2 < r else 0.0,
+            w[k + 3] if k + 3 < r else 0.0)
+
+
+def _add4_py(u, k, a0, a1, a2, a3):
+    """``u[k .. k + 3] += (a0, a1, a2, a3)``, dropping the repeats past the last row."""
+    r = u.shape[0]
+    u[k] += a0
+    if k + 1 < r:
+        u[k + 1] += a1
+    if k + 2 < r:
+        u[k + 2] += a2
+    if k + 3 < r:
+        u[k + 3] += a3
+
+
 def _dots_py(v, c, k0, j0, m, u):
     """``u[k] += sum_j v[j] c[k, j0 + j]`` for the factor rows ``k >= k0``, four per sweep."""
-    r = c.shape[0]
-    k = k0
-    while k + 4 <= r:
-        c0 = c[k, j0:j0 + m]
-        c1 = c[k + 1, j0:j0 + m]
-        c2 = c[k + 2, j0:j0 + m]
-        c3 = c[k + 3, j0:j0 + m]
+    for k in range(k0, c.shape[0], 4):
+        c0, c1, c2, c3 = _group(c, k, j0, m)
         a0 = 0.0
         a1 = 0.0
         a2 = 0.0
@@ -134,54 +166,21 @@ def _dots_py(v, c, k0, j0, m, u):
             a1 += x * c1[j]
             a2 += x * c2[j]
             a3 += x * c3[j]
-        u[k] += a0
-        u[k + 1] += a1
-        u[k + 2] += a2
-        u[k + 3] += a3
-        k += 4
-    while k < r:
-        ck = c[k, j0:j0 + m]
-        a0 = 0.0
-        for j in range(m):
-            a0 += v[j] * ck[j]
-        u[k] += a0
-        k += 1
+        _add4(u, k, a0, a1, a2, a3)
 
 
-def _axpys_py(v, c, k0, j0, m, w):
-    """``v[j] += sum_k w[k] c[k, j0 + j]`` for the factor rows ``k >= k0``, four per sweep."""
-    r = c.shape[0]
-    k = k0
-    while k + 4 <= r:
-        c0 = c[k, j0:j0 + m]
-        c1 = c[k + 1, j0:j0 + m]
-        c2 = c[k + 2, j0:j0 + m]
-        c3 = c[k + 3, j0:j0 + m]
-        w0 = w[k]
-        w1 = w[k + 1]
-        w2 = w[k + 2]
-        w3 = w[k + 3]
-        for j in range(m):
-            v[j] += w0 * c0[j] + w1 * c1[j] + w2 * c2[j] + w3 * c3[j]
-        k += 4
-    while k < r:
-        ck = c[k, j0:j0 + m]
-        wk = w[k]
-        for j in range(m):
-            v[j] += wk * ck[j]
-        k += 1
-
-
-def _head_py(c, j0, m):
-    """The chunk ``[j0, j0 + m)`` of the factor's first ``min(r, 4)`` rows as four slices.
-
-    The passes fold these rows into the loop that reads ``q'`` (and writes ``q''``), so a rank
-    of at most 4 makes one sweep over the chunk per pass. With fewer than four rows the last
-    one is repeated: its repeats are L1 hits, their dot products are dropped and their weights
-    are 0, so one loop body serves every rank."""
-    g = min(c.shape[0], 4) - 1
-    return (c[0, j0:j0 + m], c[min(1, g), j0:j0 + m], c[min(2, g), j0:j0 + m],
-            c[min(3, g), j0:j0 + m])
+def _axpys_py(v, xs, ys, c, k0, j0, m, w):
+    """``v[j] = xs[j] ys[j] + sum_k w[k] c[k, j0 + j]`` over the factor rows ``k >= k0``, four
+    per sweep (the first sweep writes ``v``, the others add to it)."""
+    for k in range(k0, c.shape[0], 4):
+        c0, c1, c2, c3 = _group(c, k, j0, m)
+        w0, w1, w2, w3 = _weights(w, k)
+        if k == k0:
+            for j in range(m):
+                v[j] = xs[j] * ys[j] + w0 * c0[j] + w1 * c1[j] + w2 * c2[j] + w3 * c3[j]
+        else:
+            for j in range(m):
+                v[j] += w0 * c0[j] + w1 * c1[j] + w2 * c2[j] + w3 * c3[j]
 
 
 def _pass1_py(q, coef, inv_n, c, b0, nb_, j_lo, j_hi, chunk, u, sv, v):
@@ -191,13 +190,13 @@ def _pass1_py(q, coef, inv_n, c, b0, nb_, j_lo, j_hi, chunk, u, sv, v):
     definition (``coef_j + N / Z_j = 1``: the vector sums to ``sum q'``), so both passes read
     the same array and the second finds it in cache. ``1 - coef`` is at most 1 and ``1 / Z`` at
     most ``1 / N``, so the identity holds to round-off relative to ``1 / N`` (tested).
-    The first four factor rows are dotted in the loop that forms ``v`` (:func:`_head_py`);
+    The first four factor rows are dotted in the loop that forms ``v`` (:func:`_group_py`);
     further rows sweep the stored chunk of ``v``."""
     r = c.shape[0]
     for j0 in range(j_lo, j_hi, chunk):
         m = min(j0 + chunk, j_hi) - j0
         cf = coef[j0:j0 + m]
-        c0, c1, c2, c3 = _head(c, j0, m)
+        c0, c1, c2, c3 = _group(c, 0, j0, m)
         for i in range(nb_):
             qi = q[b0 + i, j0:j0 + m]
             s = 0.0
@@ -214,16 +213,9 @@ def _pass1_py(q, coef, inv_n, c, b0, nb_, j_lo, j_hi, chunk, u, sv, v):
                 a2 += y * c2[j]
                 a3 += y * c3[j]
             sv[i] += s
-            ui = u[i]
-            ui[0] += a0
-            if r > 1:
-                ui[1] += a1
-            if r > 2:
-                ui[2] += a2
-            if r > 3:
-                ui[3] += a3
+            _add4(u[i], 0, a0, a1, a2, a3)
             if r > 4:
-                _dots(v, c, 4, j0, m, ui)
+                _dots(v, c, 4, j0, m, u[i])
 
 
 def _centre_py(u, sv, shift, inv_tau, nb_):
@@ -248,27 +240,22 @@ def _pass2_py(q, p, with_alpha, c, coef, out, b0, nb_, j_lo, j_hi, chunk, u, sv,
 
     One loop forms ``q''`` from ``q' coef``, ``sum v`` and the first four factor rows and
     writes it. With more than four rows, ``q' coef`` plus the other rows' terms are first put
-    in the chunk of ``v``, and the loop reads ``v`` times ``one`` (ones) in place of
-    ``q' coef``. Without ``p`` the loop reads ``q'`` in its place (L1 hits) and drops the sum."""
+    in the chunk of ``v`` (:func:`_axpys_py`), and the loop reads ``v`` times ``one`` (ones) in
+    place of ``q' coef``. Without ``p`` the loop reads ``q'`` in its place (L1 hits) and drops
+    the sum."""
     r = c.shape[0]
     for j0 in range(j_lo, j_hi, chunk):
         m = min(j0 + chunk, j_hi) - j0
         cf = coef[j0:j0 + m]
-        c0, c1, c2, c3 = _head(c, j0, m)
+        c0, c1, c2, c3 = _group(c, 0, j0, m)
         for i in range(nb_):
             qi = q[b0 + i, j0:j0 + m]
             pi = p[b0 + i, j0:j0 + m] if with_alpha else qi
-            ui = u[i]
-            w0 = ui[0]
-            w1 = ui[1] if r > 1 else 0.0
-            w2 = ui[2] if r > 2 else 0.0
-            w3 = ui[3] if r > 3 else 0.0
+            w0, w1, w2, w3 = _weights(u[i], 0)
             xs = qi
             ys = cf
             if r > 4:
-                for j in range(m):
-                    v[j] = qi[j] * cf[j]
-                _axpys(v, c, 4, j0, m, ui)
+                _axpys(v, qi, cf, c, 4, j0, m, u[i])
                 xs = v[:m]
                 ys = one[:m]
             s0 = sv[i]
@@ -370,9 +357,9 @@ def _first_order_py(q, p, with_alpha, c, shift, coef, inv_n, inv_tau, out, alpha
 
 
 # Plain-Python bindings (the loops also run un-jitted, slowly); _kernel() rebinds the jitted ones.
-_dots, _axpys, _head, _pass1, _centre, _pass2, _clip_row, _work_item, prange = (
-    _dots_py, _axpys_py, _head_py, _pass1_py, _centre_py, _pass2_py, _clip_row_py, _work_item_py,
-    range)
+(_group, _weights, _add4, _dots, _axpys, _pass1, _centre, _pass2, _clip_row, _work_item,
+ prange) = (_group_py, _weights_py, _add4_py, _dots_py, _axpys_py, _pass1_py, _centre_py,
+            _pass2_py, _clip_row_py, _work_item_py, range)
 
 
 def plan(n_rows: int, n: int, factor_bytes: int, threads: int, *, chunk: int = CHUNK,

@@ -28,7 +28,7 @@ def _pair(cal, tau, rank=None, factor_dtype="float64"):
 
 
 @pytest.mark.parametrize("factor_dtype", ["float64", "float32"])
-@pytest.mark.parametrize("rank", [None, 1, 3, 4, 5, 8])
+@pytest.mark.parametrize("rank", [None, 1, 2, 3, 4, 5, 6, 8, 9])  # groups of 4 rows, short ones
 @pytest.mark.parametrize("n", [7, 2048, 2049, 4500])
 def test_engines_agree_on_proposal_and_acceptance(n, rank, factor_dtype):
     cal, q, p = _case(n, seed=n)
