@@ -22,7 +22,9 @@ and 8, the fused engine on all of numba's threads (``_mt``) at ranks 1, 4, 8, an
 engine at rank 8 and S, at N = 32K, 128K, 152K, 262K, batch 1 and 64; for each method the worst
 ratio over N per batch and regime and whether it is within the 3x target; the growth from N to
 2N of first-order RDK (expected about 2: linear) and of exact RDK with a dense N x N kernel
-(expected about 4: quadratic), the latter at N = 2K..16K where it fits.
+(expected about 4: quadratic), the latter at N = 2K..16K where it fits; and, at the largest N
+and batch 64, the full factor's two matrix products alone (``V C^T`` and ``U C``, BLAS on all
+cores) against the floor: a lower bound on any engine that forms them.
 
 Run:  .venv/bin/python benchmarks/bench_proposals.py [--quick] [--json out.json]
 Inputs are trusted arrays (``check=False``): validation is a separate, one-time O(N) cost.
@@ -187,6 +189,24 @@ def bench_growth(exact_sizes, fo_sizes, s, rank, repeats, rng, fused, batch=1):
             "growth": growth}
 
 
+def bench_products(n, batch, s, repeats, rng):
+    """The full factor's two products at (N, batch), ratio to the floor timed beside them:
+    ``u = V C^T`` (batch x S) and ``U C`` (batch x N), 4 batch S N flops that any first-order
+    engine with the full factor performs, whatever else it does."""
+    p, q, cal = _inputs(rng, n, batch, s)
+    c = rt.FirstOrderCovarianceKernel(cal, 1.0, engine="numpy").factor
+    u = q @ c.T
+    out = np.empty((batch, n))
+    t = median_times({"floor": lambda: np.minimum(p, q).sum(-1),
+                      "products": lambda: (q @ c.T, np.matmul(u, c, out=out))}, repeats)
+    res = {"N": n, "batch": batch, "S": s, "floor_ms": 1e3 * t["floor"],
+           "products_ms": 1e3 * t["products"], "ratio": t["products"] / t["floor"]}
+    print(f"\nfull factor, N={n} batch={batch} S={s}: the two products alone take "
+          f"{res['ratio']:.2f}x the floor ({res['products_ms']:.1f} ms vs {res['floor_ms']:.1f} ms)",
+          flush=True)
+    return res
+
+
 _LABELS = {"tli": "TLI", "marginal": "marginal"}
 
 
@@ -255,6 +275,7 @@ def main(argv=None):
     fo_sizes = (32_768, 65_536) if args.quick else (32_768, 65_536, 131_072, 262_144)
     print()
     growth = bench_growth(exact_sizes, fo_sizes, args.calibration, max(RANKS), repeats, rng, fused)
+    products = bench_products(sizes[-1], max(BATCHES), args.calibration, repeats, rng)
     if args.json:
         with open(args.json, "w") as fh:
             json.dump({"machine": {"cpu": platform.processor() or platform.machine(),
@@ -264,7 +285,8 @@ def main(argv=None):
                        "ranks": list(RANKS), "target_ratio": TARGET, "fused_engine": fused,
                        "regimes": {"cold": "caches evicted (96 MiB read) before every timed run",
                                    "hot": "no eviction between runs"},
-                       "floor_ratios": ratios, "summary": summary, "growth": growth}, fh, indent=2)
+                       "floor_ratios": ratios, "summary": summary, "growth": growth,
+                       "full_factor_products": products}, fh, indent=2)
 
 
 if __name__ == "__main__":

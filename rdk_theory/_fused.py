@@ -62,6 +62,11 @@ CHUNK = 2048
 MIN_SEGMENT = 16_384
 #: Factor bytes per row of a block; the block grows with ``C`` so ``C`` is read once per block.
 _FACTOR_BYTES_PER_ROW = 2 << 20
+#: q' bytes per block that pass 2 should still find in L2 (1 MiB a core on the test machine):
+#: short rows share a block, so the factor, read from L3 when it outgrows L2, is read once per
+#: block (batch 64, N = 32K, rank 8: 2.6x the floor in blocks of 4 rows, 3.1x one row at a
+#: time; from N = 131K one row fills it and nothing changes).
+_ROW_BYTES_PER_BLOCK = 1 << 20
 #: ``engine="auto"`` takes the fused engine up to this many factor rows. Beyond, the numpy
 #: engine's BLAS products (multi-threaded) win: benchmarks/results_cpu.json, S = 64 against
 #: rank 8 at batch 1 and 64.
@@ -71,9 +76,12 @@ _F64 = np.dtype(np.float64)
 _LAUNCH = threading.Lock()
 
 
-def block_rows(n_rows: int, factor_bytes: int) -> int:
-    """Rows per block: 1 while the factor fits in about 2 MiB (it stays in cache), more beyond."""
-    return int(min(max(n_rows, 1), max(1, round(factor_bytes / _FACTOR_BYTES_PER_ROW))))
+def block_rows(n_rows: int, factor_bytes: int, n: int = 0) -> int:
+    """Rows per block: one per 2 MiB of factor, and as many rows of ``n`` float64 as fit in
+    1 MiB (``n`` 0: not counted); at least 1, at most the batch."""
+    by_factor = round(factor_bytes / _FACTOR_BYTES_PER_ROW)
+    by_rows = _ROW_BYTES_PER_BLOCK // (8 * n) if n > 0 else 0
+    return int(min(max(n_rows, 1), max(1, by_factor, by_rows)))
 
 
 def available() -> bool:
@@ -371,7 +379,7 @@ def plan(n_rows: int, n: int, factor_bytes: int, threads: int, *, chunk: int = C
     vocabulary is split into segments so that every thread has work, each of at least
     :data:`MIN_SEGMENT` elements.
     """
-    rb = int(rows or block_rows(n_rows, factor_bytes))
+    rb = int(rows or block_rows(n_rows, factor_bytes, n))
     n_blocks = -(-max(n_rows, 1) // rb)
     nseg = -(-threads // n_blocks) if threads > n_blocks else 1
     return rb, int(max(1, min(nseg, n // MIN_SEGMENT)))

@@ -274,6 +274,9 @@ def test_bad_engine_and_bad_input_for_forced_fused():
 
 def test_block_rows_grows_with_the_factor_and_never_exceeds_the_batch():
     assert _fused.block_rows(64, 8 * 8 * 32_768) == 1  # rank 8 at 32K: 2 MiB, stays in cache
+    assert _fused.block_rows(64, 8 * 8 * 32_768, 32_768) == 4  # but 4 rows of q' fill 1 MiB
+    assert _fused.block_rows(64, 4 * 8 * 131_072, 131_072) == 2  # rank 4: 4 MiB; one row, 1 MiB
+    assert _fused.block_rows(2, 8, 1024) == 2  # never more than the batch
     assert _fused.block_rows(64, 64 * 8 * 262_144) == 64  # S = 64 at 262K: 128 MiB
     assert _fused.block_rows(3, 64 * 8 * 262_144) == 3
     assert _fused.block_rows(1, 1) == 1
