@@ -20,8 +20,9 @@ vectorise it (indexing the whole rows did not).
 
 A row with a negative entry is then clipped and renormalised to ``sum q'`` exactly as the numpy
 path does, and its acceptance recomputed. Rows are taken in blocks that share one read of the
-factor ``C``; the block size grows with the factor so that a large factor (many calibration
-rows) is read once per block rather than once per row.
+factor ``C``; the block grows with the factor, so that a large factor (many calibration rows)
+is read once per block rather than once per row, and with short rows, several of which share
+one read of a factor that has outgrown L2 (:func:`block_rows`).
 
 Threads (``threads=`` of :func:`first_order`; default 1): blocks run in parallel on numba's
 threads (``prange``). When there are fewer blocks than threads (batch 1) the vocabulary of each
@@ -62,10 +63,10 @@ CHUNK = 2048
 MIN_SEGMENT = 16_384
 #: Factor bytes per row of a block; the block grows with ``C`` so ``C`` is read once per block.
 _FACTOR_BYTES_PER_ROW = 2 << 20
-#: q' bytes per block that pass 2 should still find in L2 (1 MiB a core on the test machine):
-#: short rows share a block, so the factor, read from L3 when it outgrows L2, is read once per
-#: block (batch 64, N = 32K, rank 8: 2.6x the floor in blocks of 4 rows, 3.1x one row at a
-#: time; from N = 131K one row fills it and nothing changes).
+#: q' bytes per block: short rows share a block, so the factor, read from L3 once it outgrows
+#: L2, is read once per block rather than once per row (batch 64, N = 32K, rank 8: 2.6x the
+#: floor in blocks of 4 rows, 3.1x one row at a time; from N = 131K one row fills it and
+#: nothing changes). With several threads the batch still makes one block per thread at least.
 _ROW_BYTES_PER_BLOCK = 1 << 20
 #: ``engine="auto"`` takes the fused engine up to this many factor rows. Beyond, the numpy
 #: engine's BLAS products (multi-threaded) win: benchmarks/results_cpu.json, S = 64 against
@@ -76,11 +77,14 @@ _F64 = np.dtype(np.float64)
 _LAUNCH = threading.Lock()
 
 
-def block_rows(n_rows: int, factor_bytes: int, n: int = 0) -> int:
-    """Rows per block: one per 2 MiB of factor, and as many rows of ``n`` float64 as fit in
-    1 MiB (``n`` 0: not counted); at least 1, at most the batch."""
+def block_rows(n_rows: int, factor_bytes: int, n: int = 0, threads: int = 1) -> int:
+    """Rows per block: one per 2 MiB of factor, or as many rows of ``n`` float64 as fit in
+    1 MiB (``n`` 0: not counted) but no more than leave one block per thread; at least 1, at
+    most the batch. (A large factor may still put the batch in fewer blocks than threads:
+    :func:`plan` then splits the vocabulary.)"""
     by_factor = round(factor_bytes / _FACTOR_BYTES_PER_ROW)
     by_rows = _ROW_BYTES_PER_BLOCK // (8 * n) if n > 0 else 0
+    by_rows = min(by_rows, -(-max(n_rows, 1) // max(threads, 1)))
     return int(min(max(n_rows, 1), max(1, by_factor, by_rows)))
 
 
@@ -249,8 +253,8 @@ def _pass2_py(q, p, with_alpha, c, coef, out, b0, nb_, j_lo, j_hi, chunk, u, sv,
     One loop forms ``q''`` from ``q' coef``, ``sum v`` and the first four factor rows and
     writes it. With more than four rows, ``q' coef`` plus the other rows' terms are first put
     in the chunk of ``v`` (:func:`_axpys_py`), and the loop reads ``v`` times ``one`` (ones) in
-    place of ``q' coef``. Without ``p`` the loop reads ``q'`` in its place (L1 hits) and drops
-    the sum."""
+    place of ``q' coef``. Without ``p`` the loop reads ``q'`` in its place (L1 hits): ``al``
+    then gets ``sum min(q', q'')``, which the caller never reads."""
     r = c.shape[0]
     for j0 in range(j_lo, j_hi, chunk):
         m = min(j0 + chunk, j_hi) - j0
@@ -379,7 +383,7 @@ def plan(n_rows: int, n: int, factor_bytes: int, threads: int, *, chunk: int = C
     vocabulary is split into segments so that every thread has work, each of at least
     :data:`MIN_SEGMENT` elements.
     """
-    rb = int(rows or block_rows(n_rows, factor_bytes, n))
+    rb = int(rows or block_rows(n_rows, factor_bytes, n, threads))
     n_blocks = -(-max(n_rows, 1) // rb)
     nseg = -(-threads // n_blocks) if threads > n_blocks else 1
     return rb, int(max(1, min(nseg, n // MIN_SEGMENT)))
@@ -465,6 +469,6 @@ def _run_parallel(args, threads):
 
 def _rows(x):
     """``x`` as a C-contiguous float64 (rows, N) array (a view when it already is one)."""
-    if not (x.dtype is _F64 and x.flags.c_contiguous):
+    if not (x.dtype == _F64 and x.flags.c_contiguous):
         x = np.ascontiguousarray(x, dtype=np.float64)
     return x.reshape(-1, x.shape[-1])

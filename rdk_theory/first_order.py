@@ -41,7 +41,7 @@ _F64 = np.dtype(np.float64)
 def _plain(x) -> bool:
     """A non-empty numpy float64 array of at least one axis (not a subclass): the decode-loop
     input, tested with a few attribute reads because the test runs on every call."""
-    return type(x) is np.ndarray and x.dtype is _F64 and x.ndim > 0 and x.size > 0
+    return type(x) is np.ndarray and x.dtype == _F64 and x.ndim > 0 and x.size > 0
 
 
 class FirstOrderCovarianceKernel:
@@ -96,7 +96,7 @@ class FirstOrderCovarianceKernel:
         whole = isinstance(threads, (int, np.integer)) and not isinstance(threads, bool)
         if threads is not None and not (whole and threads >= 1):
             raise InputError(f"threads must be a positive integer or None, got {threads!r}")
-        self.engine, self.threads = engine, threads
+        self._engine, self.threads = engine, threads
         c = np.ascontiguousarray(factor, dtype=np.float64)
         if factor_dtype == "float32":
             stored = c.astype(np.float32)
@@ -127,8 +127,9 @@ class FirstOrderCovarianceKernel:
         if not tau > 0:
             raise InputError(f"tau must be > 0, got {tau}")
         c = np.asarray(factor, dtype=np.float64)
-        if c.ndim != 2 or not np.all(np.isfinite(c)):
-            raise InputError(f"factor must be a finite 2-D (r, N) array, got shape {c.shape}")
+        if c.ndim != 2 or c.shape[0] < 1 or c.shape[1] < 1 or not np.all(np.isfinite(c)):
+            raise InputError(f"factor must be a finite 2-D (r, N) array with r, N >= 1, "
+                             f"got shape {c.shape}")
         drift = np.abs(c.sum(axis=1)) > 1e-9 * (np.abs(c).sum(axis=1) + 1e-300)
         if np.any(drift):
             raise InputError(
@@ -206,6 +207,12 @@ class FirstOrderCovarianceKernel:
                                       threads=self.threads)
         out = self.transport(q_prime)
         return out, acceptance_rate(target_probs, out, check=False)
+
+    @property
+    def engine(self) -> str:
+        """``"auto"``, ``"fused"`` or ``"numpy"``, as given (read-only: the fused-engine
+        decision is taken once, on first use)."""
+        return self._engine
 
     def _fused_engine_on(self) -> bool:
         """Whether numpy float64 input goes to the fused engine: ``engine="fused"``, or

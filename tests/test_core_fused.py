@@ -2,7 +2,7 @@
 
 The two engines compute the same formula in a different summation order, so they agree to
 float64 round-off (``tests.tolerances``), including rows that need the clip, chunk and block
-boundaries, and every remainder of the rank modulo the four-row unrolling.
+boundaries, and ranks that leave the last group of four factor rows short.
 """
 import numpy as np
 import pytest
@@ -90,6 +90,11 @@ def test_plan_splits_the_vocabulary_only_when_threads_would_idle():
     assert _fused.plan(1, 2 * _fused.MIN_SEGMENT - 1, 8, 2) == (1, 1)  # too short to split
     assert _fused.plan(1, 2 * _fused.MIN_SEGMENT, 8, 4) == (1, 2)
     assert _fused.plan(5, 100, 8, 2, rows=2) == (2, 1)
+    # short rows share a block (1 MiB of q'), but every thread still gets a block of its own
+    assert _fused.plan(64, 32_768, 8 * 8 * 32_768, 1) == (4, 1)
+    assert _fused.plan(8, 16_384, 4 * 8 * 16_384, 2) == (4, 1)
+    assert _fused.plan(16, 8192, 8 * 8192, 4) == (4, 1)
+    assert _fused.plan(64, 4096, 4 * 8 * 4096, 8) == (8, 1)
 
 
 def test_threads_option_and_concurrent_callers():
@@ -261,6 +266,17 @@ def test_auto_takes_fused_for_a_truncated_rank_and_numpy_for_a_large_factor():
     assert rt.FirstOrderCovarianceKernel(cal, 0.05, rank=_fused.AUTO_MAX_ROWS)._use_fused(q)
     assert not rt.FirstOrderCovarianceKernel(cal, 0.05)._use_fused(q)
     assert rt.FirstOrderCovarianceKernel(cal, 0.05, engine="fused")._use_fused(q)
+
+
+def test_engine_is_read_only_and_an_empty_factor_is_refused():
+    cal, q, _ = _case(40, seed=5, batch=(2,))
+    k = rt.FirstOrderCovarianceKernel(cal, 0.05, rank=4)
+    k.transport(q)  # the fused-engine decision is taken here, once
+    with pytest.raises(AttributeError):
+        k.engine = "numpy"
+    for shape in [(0, 40), (3, 0)]:
+        with pytest.raises(rt.InputError, match="r, N >= 1"):
+            rt.FirstOrderCovarianceKernel.from_factor(np.zeros(shape), 0.1)
 
 
 def test_bad_engine_and_bad_input_for_forced_fused():
