@@ -324,6 +324,7 @@ def _first_order_py(q, p, with_alpha, c, shift, coef, inv_n, inv_tau, out, alpha
     n_rows, n = q.shape
     r = c.shape[0]
     nblk = (n_rows + rb - 1) // rb
+    one = np.ones(chunk)  # read-only, shared by every work item (pass 2, rank > 4)
     if nseg <= 1:  # whole rows per work item: pass 2 follows pass 1 while the block is warm
         for b in prange(nblk):
             b0 = b * rb
@@ -335,8 +336,7 @@ def _first_order_py(q, p, with_alpha, c, shift, coef, inv_n, inv_tau, out, alpha
             v = np.empty(chunk)
             _pass1(q, coef, inv_n, c, b0, nb_, 0, n, chunk, u, sv, v)
             _centre(u, sv, shift, inv_tau, nb_)
-            _pass2(q, p, with_alpha, c, coef, out, b0, nb_, 0, n, chunk, u, sv, lo, al, v,
-                   np.ones(chunk))
+            _pass2(q, p, with_alpha, c, coef, out, b0, nb_, 0, n, chunk, u, sv, lo, al, v, one)
             for i in range(nb_):
                 alpha[b0 + i] = al[i]
                 if lo[i] < 0:
@@ -359,7 +359,7 @@ def _first_order_py(q, p, with_alpha, c, shift, coef, inv_n, inv_tau, out, alpha
     for it in prange(nblk * nseg):
         b, s, b0, nb_, j_lo, j_hi = _work_item(it, nseg, rb, n_rows, n_chunks, chunk, n)
         _pass2(q, p, with_alpha, c, coef, out, b0, nb_, j_lo, j_hi, chunk,
-               u[b, 0], sv[b, 0], lo[b, s], al[b, s], np.empty(chunk), np.ones(chunk))
+               u[b, 0], sv[b, 0], lo[b, s], al[b, s], np.empty(chunk), one)
     for row in range(n_rows):
         b = row // rb
         i = row - b * rb

@@ -32,10 +32,8 @@ from . import _backend as B
 from . import _fused
 from .acceptance import acceptance_rate
 from .kernels import _DeviceCache
+from ._fused import _F64
 from .validation import InputError, as_prob_array
-
-
-_F64 = np.dtype(np.float64)
 
 
 def _plain(x) -> bool:
@@ -180,7 +178,7 @@ class FirstOrderCovarianceKernel:
         returned as is; either way the returned vector is the one to sample, divide by and
         build the residual from.
         """
-        if _plain(q_prime) and self._fused_engine_on() or self._use_fused(q_prime):
+        if self._use_fused(q_prime):
             return _fused.first_order(q_prime, None, self._fused_arrays, threads=self.threads)[0]
         out = self.transport_unclipped(q_prime)
         if B.is_torch(out):
@@ -200,9 +198,8 @@ class FirstOrderCovarianceKernel:
         acceptance costs no extra read of the proposal); otherwise this is
         ``transport`` followed by :func:`rdk_theory.acceptance_rate` on trusted arrays.
         """
-        if (_plain(q_prime) and _plain(target_probs) and self._fused_engine_on()
-                or self._use_fused(q_prime) and not B.is_torch(target_probs)
-                and not B.is_exact(target_probs)):
+        if self._use_fused(q_prime) and (_plain(target_probs) or not B.is_torch(target_probs)
+                                         and not B.is_exact(target_probs)):
             return _fused.first_order(q_prime, target_probs, self._fused_arrays,
                                       threads=self.threads)
         out = self.transport(q_prime)
@@ -226,9 +223,12 @@ class FirstOrderCovarianceKernel:
         return self._fused_on
 
     def _use_fused(self, q_prime) -> bool:
-        """The general test, for input that is not a plain float64 array (see :func:`_plain`):
+        """Whether ``q_prime`` goes to the fused engine. A plain float64 array (see
+        :func:`_plain`, the decode-loop case) is settled by :meth:`_fused_engine_on` alone;
         torch, exact and other-dtype input take the numpy/torch engine, and
         ``engine="fused"`` refuses them."""
+        if _plain(q_prime):
+            return self._fused_engine_on()
         if self.engine == "numpy" or B.is_torch(q_prime) or B.is_exact(q_prime):
             return False
         usable = (isinstance(q_prime, np.ndarray) and q_prime.dtype == np.float64
