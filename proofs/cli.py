@@ -11,6 +11,8 @@ import time
 
 import numpy as np
 
+from rdk_theory.commands import CASE_HELP
+
 RAW = argparse.RawDescriptionHelpFormatter
 
 
@@ -158,8 +160,7 @@ def register_bounds(sub) -> None:
                     "weight lam of the rank-one kernel (1 - lam) I + lam 1 w^T on the case's contexts "
                     "(exact: concave piecewise-linear maximisation) and, for N_T <= 64, the best static "
                     "kernel by linear programming (no RDK kernel reaches more on these contexts).",
-        epilog="CASE.npz: target_probs (C, N_T), draft_probs (C, N_D), draft_to_target (N_D,), optional "
-               "calibration_probs (S, N_T).\n\nexample:\n  rdk-theory bounds case.npz --json\n  -> "
+        epilog=CASE_HELP + "\n\nexample:\n  rdk-theory bounds case.npz --json\n  -> "
                "{\"oov_cap\": {\"mean\": ..., \"per_context\": [...]}, \"alpha\": {\"vanilla\": ..., \"tli\": ..., "
                "\"rdk_exact\": ...}, \"best_mixing\": {\"lam\": ..., \"mean_alpha\": ...}, "
                "\"best_static_kernel\": {\"mean_alpha\": ...}, ...}")

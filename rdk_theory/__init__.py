@@ -8,6 +8,7 @@ from . import synthetic
 from .acceptance import acceptance_rate, oov_cap, residual, step_output_law, total_variation
 from .first_order import FirstOrderCovarianceKernel
 from .kernels import (
+    CovarianceSoftmaxKernel,
     DenseKernel,
     IdentityKernel,
     MarginalKernel,
@@ -27,7 +28,7 @@ from .vocab import VocabMap, keep_most_frequent, pruned_draft_probs
 __version__ = "0.1.0"
 
 __all__ = [
-    "SAMPLERS", "DenseKernel", "FirstOrderCovarianceKernel", "IdentityKernel", "InputError",
+    "SAMPLERS", "CovarianceSoftmaxKernel", "DenseKernel", "FirstOrderCovarianceKernel", "IdentityKernel", "InputError",
     "MarginalKernel", "SparseKernel", "VocabMap", "acceptance_rate", "as_kernel",
     "build_proposals", "draw", "verify_draft", "InverseCdf", "calibration_covariance", "cosine_affinity", "covariance_affinity",
     "covariance_softmax_kernel", "emitted_counts", "keep_most_frequent", "oov_cap", "pruned_draft_probs",

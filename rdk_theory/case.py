@@ -2,7 +2,10 @@
 
 Keys (shapes): ``target_probs`` (C, N_T), ``draft_probs`` (C, N_D), ``draft_to_target`` (N_D,)
 int; optional ``calibration_probs`` (S, N_T) (needed by the marginal and covariance kernels)
-and ``kernel`` (N_T, N_T) (needed by ``--kernel dense``).
+and ``kernel`` (N_T, N_T) (needed by ``--kernel dense``). Every array present is validated,
+used or not (tolerances: :data:`rdk_theory.validation.TOLERANCES`); rows of probabilities are
+then renormalised to sum to 1, so that a row within tolerance is read as the distribution it
+approximates.
 
 :func:`kernels_for` turns the CLI's kernel options into the kernel of exact RDK and, for the
 covariance kernel, its first-order approximation.
@@ -10,18 +13,20 @@ covariance kernel, its first-order approximation.
 from __future__ import annotations
 
 import os
+import zipfile
 from dataclasses import dataclass
 
 import numpy as np
 
 from .first_order import FirstOrderCovarianceKernel
-from .kernels import DenseKernel, IdentityKernel, MarginalKernel, covariance_softmax_kernel
-from .validation import InputError, as_prob_array
+from .kernels import (CovarianceSoftmaxKernel, DenseKernel, IdentityKernel, MarginalKernel,
+                      covariance_softmax_kernel)
+from .validation import InputError, as_calibration, as_prob_array, as_real_array
 from .vocab import VocabMap
 
 KERNEL_CHOICES = ("identity", "marginal", "covariance", "dense")
-#: Largest dense N_T x N_T float64 kernel built on request (bytes); beyond it, use first-order
-#: or a sparse kernel from Python.
+#: Largest dense N_T x N_T float64 covariance kernel built (bytes); beyond it the exact kernel
+#: is applied a block of rows at a time (:class:`rdk_theory.kernels.CovarianceSoftmaxKernel`).
 DENSE_KERNEL_MAX_BYTES = 4 * 2**30
 
 
@@ -43,6 +48,10 @@ def load_case(path) -> Case:
     path = os.fspath(path)
     if not os.path.exists(path):
         raise InputError(f"case file not found: {path}")
+    if os.path.isdir(path):
+        raise InputError(f"{path} is a directory, not a case file")
+    if not zipfile.is_zipfile(path):
+        raise InputError(f"{path} is not an .npz archive (write one with numpy.savez)")
     try:
         with np.load(path, allow_pickle=False) as z:
             data = {k: z[k] for k in z.files}
@@ -77,18 +86,19 @@ def case_from_arrays(*, target_probs=None, draft_probs=None, draft_to_target=Non
                          f"{q.shape[1]} columns")
     cal = None
     if calibration_probs is not None:
-        cal = as_prob_array(calibration_probs, "calibration_probs")
-        if cal.ndim != 2 or cal.shape[1] != p.shape[1]:
-            raise InputError(f"calibration_probs must be (S, {p.shape[1]}), got {cal.shape}")
+        cal = _renormalised(as_calibration(calibration_probs, n_target=p.shape[1]))
     ker = None
     if kernel is not None:
-        try:
-            ker = np.asarray(kernel, dtype=np.float64)
-        except (TypeError, ValueError) as exc:
-            raise InputError(f"kernel is not a numeric array: {exc}") from None
+        ker = as_real_array(kernel, "kernel")
         if ker.shape != (p.shape[1], p.shape[1]):
             raise InputError(f"kernel must be ({p.shape[1]}, {p.shape[1]}), got {ker.shape}")
-    return Case(p, q, vm, cal, ker)
+        ker = DenseKernel(ker, name="kernel").matrix  # finite, >= 0, rows sum to 1
+    return Case(_renormalised(p), _renormalised(q), vm, cal, ker)
+
+
+def _renormalised(x: np.ndarray) -> np.ndarray:
+    """Rows divided by their sums (validated to be within tolerance of 1, so never 0)."""
+    return x / x.sum(axis=-1, keepdims=True)
 
 
 def default_tau(calibration_probs) -> float:
@@ -96,10 +106,6 @@ def default_tau(calibration_probs) -> float:
     cal = np.asarray(calibration_probs, dtype=np.float64)
     var = cal.var(axis=0).max()
     return float(var) if var > 0 else 1.0
-
-
-class DenseKernelTooLarge(InputError):
-    """The exact dense kernel would exceed :data:`DENSE_KERNEL_MAX_BYTES`."""
 
 
 def kernels_for(case: Case, kind: str = "identity", *, tau: float | None = None,
@@ -110,8 +116,8 @@ def kernels_for(case: Case, kind: str = "identity", *, tau: float | None = None,
     ``kernel`` is None unless ``need_exact``. ``first_order`` is built when
     ``need_first_order`` is True, or, when it is None, for ``kind == 'covariance'``; else None.
     ``tau=None`` uses :func:`default_tau`; ``lam=None`` lets the marginal kernel use the
-    calibration mass outside ``I``. Raises :class:`DenseKernelTooLarge` when the exact covariance
-    kernel would not fit.
+    calibration mass outside ``I``. The exact covariance kernel is dense up to
+    :data:`DENSE_KERNEL_MAX_BYTES` and applied a block of rows at a time beyond.
     """
     if kind not in KERNEL_CHOICES:
         raise InputError(f"unknown kernel '{kind}'; choose from {', '.join(KERNEL_CHOICES)}")
@@ -140,11 +146,7 @@ def _exact_kernel(case: Case, kind: str, tau, lam):
     if kind == "covariance":
         n = case.vocab_map.n_target
         if 8 * n * n > DENSE_KERNEL_MAX_BYTES:
-            raise DenseKernelTooLarge(
-                f"the exact covariance kernel at N_T = {n} needs {8 * n * n / 2**30:.1f} GiB; "
-                f"the limit is {DENSE_KERNEL_MAX_BYTES / 2**30:.0f} GiB (use the first-order "
-                "sampler, or a sparse kernel from Python)"
-            )
+            return CovarianceSoftmaxKernel(case.calibration_probs, tau)
         return covariance_softmax_kernel(case.calibration_probs, tau)
     if case.kernel is None:
         raise InputError("--kernel dense needs a 'kernel' (N_T, N_T) array in the case file")

@@ -11,6 +11,7 @@ line ``error: ...`` on stderr and exits with status 2 (no traceback).
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 from importlib.metadata import entry_points
 
@@ -54,10 +55,16 @@ def main(argv: list[str] | None = None) -> int:
     parser = build_parser()
     args = parser.parse_args(argv)
     if not getattr(args, "func", None):
-        parser.print_help()
+        parser.print_usage(sys.stderr)
+        print("error: rdk-theory: a COMMAND is required (see 'rdk-theory --help')",
+              file=sys.stderr)
         return EXIT_BAD_INPUT
     try:
         return int(args.func(args) or 0)
+    except BrokenPipeError:  # stdout closed early (``... --json | head``): not an error of ours
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())  # so that the exit-time flush does not fail too
+        return 0
     except InputError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return EXIT_BAD_INPUT

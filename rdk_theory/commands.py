@@ -8,21 +8,44 @@ import sys
 import numpy as np
 
 from .acceptance import acceptance_rate, oov_cap
-from .case import KERNEL_CHOICES, DenseKernelTooLarge, kernels_for, load_case
+from .case import DENSE_KERNEL_MAX_BYTES, KERNEL_CHOICES, kernels_for, load_case
 from .proposals import SAMPLERS, build_proposals
 from .sampling import emitted_counts, sample_steps
-from .validation import InputError
+from .validation import KERNEL_ATOL, NEG_ATOL, PROB_ATOL, InputError
 
 RAW = argparse.RawDescriptionHelpFormatter
+DENSE_MAX_N = int((DENSE_KERNEL_MAX_BYTES / 8) ** 0.5)
+CASE_HELP = (
+    "CASE.npz (numpy.savez) holds:\n"
+    "  target_probs       (C, N_T)  target next-token distributions, one row per context\n"
+    "  draft_probs        (C, N_D)  drafter distributions for the same contexts\n"
+    "  draft_to_target    (N_D,)    int: the target id of each drafter token, -1 if absent;\n"
+    "                               no target id twice\n"
+    "  calibration_probs  (S, N_T)  optional, S >= 1: needed by --kernel marginal|covariance\n"
+    "                               and by the first-order sampler\n"
+    "  kernel             (N_T, N_T) optional, row-stochastic: needed by --kernel dense\n"
+    "Every array present is checked, used or not: real and finite; probabilities >= "
+    f"-{NEG_ATOL:g}\n(such tiny negatives are read as 0), row sums within {PROB_ATOL:g} of 1 "
+    f"(rows are then renormalised);\nkernel entries >= 0, row sums within {KERNEL_ATOL:g} "
+    "of 1. Bad input: exit status 2 and one line\n'error: ...' on stderr."
+)
+
+
+def _alphas(p, r):
+    """Per-context acceptance, clipped to [0, 1]: the sum of minima of two distributions can
+    exceed 1 by round-off (1 + 2e-16 for p == q), and it is reported as the probability it is."""
+    return np.clip(acceptance_rate(p, r, check=False), 0.0, 1.0)
 
 
 def _add_kernel_options(p):
     g = p.add_argument_group("kernel options (exact RDK uses the kernel; first-order RDK "
                              "approximates the covariance kernel)")
-    g.add_argument("--kernel", choices=KERNEL_CHOICES, default="identity",
-                   help="identity (RDK = TLI), marginal (rank one, O(N)), covariance (dense "
-                        "softmax of the calibration covariance, O(N^2)), dense (the 'kernel' "
-                        "array of the case file). Default: identity")
+    g.add_argument("--kernel", choices=KERNEL_CHOICES, default=None,
+                   help="identity (RDK = TLI), marginal (rank one, O(N)), covariance (softmax "
+                        "of the calibration covariance, O(N^2): dense up to N_T = "
+                        f"{DENSE_MAX_N:,}, a block of rows at a time beyond), dense (the "
+                        "'kernel' array of the "
+                        "case file). Default: identity")
     g.add_argument("--tau", type=float, default=None,
                    help="covariance softmax temperature; default max_i Var(p_c(i)), which "
                         "keeps every off-diagonal affinity |Omega_ij|/tau <= 1")
@@ -33,17 +56,14 @@ def _add_kernel_options(p):
 
 def cmd_acceptance(args) -> int:
     case = load_case(args.case)
-    try:
-        kernel, first = kernels_for(case, args.kernel, tau=args.tau, lam=args.lam)
-    except DenseKernelTooLarge as exc:  # first-order RDK is O(N): still report it
-        print(f"warning: rdk_exact omitted: {exc}", file=sys.stderr)
-        kernel, first = kernels_for(case, args.kernel, tau=args.tau, lam=args.lam, need_exact=False)
+    kind = args.kernel or "identity"
+    kernel, first = kernels_for(case, kind, tau=args.tau, lam=args.lam)
     props = build_proposals(case.draft_probs, case.vocab_map, kernel=kernel, first_order=first,
                             check=False)
     result = {}
     for name in SAMPLERS:
         if name in props:
-            a = acceptance_rate(case.target_probs, props[name], check=False)
+            a = _alphas(case.target_probs, props[name])
             result[name] = {"mean": float(np.mean(a)), "per_context": [float(x) for x in a]}
     if args.json:
         json.dump(result, sys.stdout)
@@ -52,7 +72,7 @@ def cmd_acceptance(args) -> int:
     cap = oov_cap(case.target_probs, case.vocab_map, check=False)
     print(f"case: {args.case}  contexts: {case.n_contexts}  N_T: {case.vocab_map.n_target}  "
           f"N_D: {case.vocab_map.n_draft}  |I|: {case.vocab_map.intersection.size}  "
-          f"kernel: {args.kernel}")
+          f"kernel: {kind}")
     print(f"{'sampler':<18}{'mean alpha':>12}{'min':>10}{'max':>10}")
     for name, r in result.items():
         pc = np.array(r["per_context"])
@@ -71,7 +91,11 @@ def cmd_sample(args) -> int:
     if args.seed < 0:
         raise InputError(f"--seed must be >= 0, got {args.seed}")
     need_fo = args.sampler == "rdk_first_order"
-    kernel, first = kernels_for(case, args.kernel, tau=args.tau, lam=args.lam,
+    if need_fo and args.kernel not in (None, "covariance"):
+        raise InputError(f"--sampler rdk_first_order approximates the covariance kernel; "
+                         f"--kernel {args.kernel} does not apply (omit it or use covariance)")
+    kind = "covariance" if need_fo else args.kernel or "identity"
+    kernel, first = kernels_for(case, kind, tau=args.tau, lam=args.lam,
                                 need_exact=args.sampler == "rdk_exact", need_first_order=need_fo)
     q = case.draft_probs[args.context: args.context + 1]
     props = build_proposals(q, case.vocab_map, kernel=kernel,
@@ -85,7 +109,7 @@ def cmd_sample(args) -> int:
                    "n": int(args.n)}, sys.stdout)
         sys.stdout.write("\n")
         return 0
-    alpha = float(acceptance_rate(p, r, check=False))
+    alpha = float(_alphas(p, r))
     print(f"sampler {args.sampler}, context {args.context}, {args.n} steps, seed {args.seed}")
     print(f"accepted {int(accepted.sum())} / {args.n} = {accepted.mean():.4f} "
           f"(exact alpha {alpha:.4f})")
@@ -102,10 +126,12 @@ def register_all(sub) -> None:
         "acceptance", formatter_class=RAW,
         help="exact acceptance rate of every sampler on a CASE.npz",
         description="Exact per-context acceptance alpha = sum_x min(p(x), r(x)) of vanilla, "
-                    "TLI, exact RDK and (covariance kernel) first-order RDK.",
-        epilog="CASE.npz holds target_probs (C, N_T), draft_probs (C, N_D), draft_to_target "
-               "(N_D,) int (-1: absent from the target),\noptional calibration_probs (S, N_T) "
-               "and kernel (N_T, N_T).\n\nexample:\n  rdk-theory acceptance case.npz --kernel "
+                    "TLI, exact RDK with the\nchosen kernel and, with --kernel covariance, "
+                    "first-order RDK. Prints a table (mean, min and\nmax alpha over the "
+                    "contexts, and the OOV cap p(I) that TLI never exceeds), or with --json\n"
+                    "one JSON object: a key per sampler, each {\"mean\": float, "
+                    "\"per_context\": [C floats]}.",
+        epilog=CASE_HELP + "\n\nexample:\n  rdk-theory acceptance case.npz --kernel "
                "covariance --json\n  -> {\"vanilla\": {\"mean\": ..., \"per_context\": [...]}, "
                "\"tli\": ..., \"rdk_exact\": ..., \"rdk_first_order\": ...}")
     p.add_argument("case", help="path to CASE.npz")
@@ -117,15 +143,21 @@ def register_all(sub) -> None:
         "sample", formatter_class=RAW,
         help="run N lossless verification steps for one context and count emitted tokens",
         description="Draw N independent verification steps (draft from the sampler's proposal, "
-                    "accept with min(1, p/r), else draw from the residual) for context K.",
-        epilog="example:\n  rdk-theory sample case.npz --sampler rdk_first_order --kernel "
-               "covariance --context 0 --n 100000 --seed 1 --json\n  -> {\"counts\": [N_T ints], "
-               "\"accepted\": int, \"n\": 100000}")
+                    "accept with\nmin(1, p/r), else draw from the residual) for context K. "
+                    "Every step is lossless: the emitted\ntoken follows p exactly, whatever the "
+                    "sampler. rdk_exact uses --kernel (identity by default,\nwhich makes it "
+                    "TLI); rdk_first_order always approximates the covariance kernel (it "
+                    "needs\ncalibration_probs).",
+        epilog=CASE_HELP + "\n\nexample:\n  rdk-theory sample case.npz --sampler "
+               "rdk_first_order --context 0 --n 100000 --seed 1 --json\n  -> {\"counts\": "
+               "[N_T ints], \"accepted\": int, \"n\": 100000}")
     s.add_argument("case", help="path to CASE.npz")
     s.add_argument("--sampler", choices=SAMPLERS, required=True)
-    s.add_argument("--context", type=int, required=True, help="context row K of the case")
-    s.add_argument("--n", type=int, required=True, help="number of independent steps")
-    s.add_argument("--seed", type=int, required=True, help="seed of numpy's default_rng")
+    s.add_argument("--context", type=int, required=True,
+                   help="context row K of the case, 0 <= K < C")
+    s.add_argument("--n", type=int, required=True, help="number of independent steps, >= 1")
+    s.add_argument("--seed", type=int, required=True,
+                   help="seed of numpy's default_rng, >= 0 (same seed, same output)")
     _add_kernel_options(s)
     s.add_argument("--json", action="store_true", help="print one JSON object on stdout")
     s.set_defaults(func=cmd_sample)

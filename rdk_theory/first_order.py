@@ -33,7 +33,7 @@ from . import _fused
 from .acceptance import acceptance_rate
 from .kernels import _DeviceCache
 from ._fused import _F64
-from .validation import InputError, as_prob_array
+from .validation import InputError, as_calibration
 
 
 def _plain(x) -> bool:
@@ -59,9 +59,7 @@ class FirstOrderCovarianceKernel:
 
     def __init__(self, calibration_probs, tau: float, *, rank: int | None = None,
                  engine: str = "auto", factor_dtype: str = "float64", threads: int | None = None):
-        cal = as_prob_array(calibration_probs, "calibration_probs")
-        if cal.ndim != 2:
-            raise InputError(f"calibration_probs must be (S, N_T), got shape {cal.shape}")
+        cal = as_calibration(calibration_probs)
         if not (tau > 0 and np.isfinite(tau)):
             raise InputError(f"tau must be finite and > 0, got {tau}")
         s, n = cal.shape

@@ -13,7 +13,9 @@ Any row-stochastic ``M`` keeps the verification step lossless (Theorem L). Provi
 * :class:`IdentityKernel` (``M = I``: RDK reproduces TLI);
 * :class:`MarginalKernel` (**[definition, after the authors' later engineering code]**: rank one,
   ``M = (1 - lam) I + lam 1 w^T`` with ``w`` the calibration mean renormalised on OOV; O(N));
-* :func:`covariance_softmax_kernel` (dense ``softmax(Omega / tau)`` row-wise, [1]; O(N^2));
+* :func:`covariance_softmax_kernel` (dense ``softmax(Omega / tau)`` row-wise, [1]; O(N^2)), and
+  :class:`CovarianceSoftmaxKernel`, the same kernel applied a block of rows at a time without
+  forming it (O(N S) memory);
 * :func:`sparse_topk_kernel` (top-k per row of any affinity, softmax-renormalised; O(N k));
 * :class:`DenseKernel` / :class:`SparseKernel` for a user's own matrix.
 """
@@ -22,7 +24,9 @@ from __future__ import annotations
 import numpy as np
 
 from . import _backend as B
-from .validation import InputError, as_prob_array, check_nonnegative, check_row_stochastic
+from ._progress import progress
+from .validation import (InputError, as_calibration, as_prob_array, check_nonnegative,
+                         check_row_stochastic)
 
 
 class _DeviceCache:
@@ -144,11 +148,7 @@ class MarginalKernel:
         never place). When OOV is empty or carries no calibration mass, the kernel is the
         identity (``lam = 0``).
         """
-        cal = as_prob_array(calibration_probs, "calibration_probs")
-        if cal.ndim != 2 or cal.shape[1] != vocab_map.n_target:
-            raise InputError(
-                f"calibration_probs must be (S, {vocab_map.n_target}), got shape {cal.shape}"
-            )
+        cal = as_calibration(calibration_probs, n_target=vocab_map.n_target)
         mu = cal.mean(axis=0)
         oov = vocab_map.oov
         w = np.zeros(vocab_map.n_target)
@@ -179,9 +179,7 @@ def calibration_covariance(calibration_probs):
 
     Rows of ``Omega`` sum to 0 because each ``p_c`` sums to 1.
     """
-    cal = as_prob_array(calibration_probs, "calibration_probs")
-    if cal.ndim != 2:
-        raise InputError(f"calibration_probs must be 2-D (S, N_T), got shape {cal.shape}")
+    cal = as_calibration(calibration_probs)
     c = cal - cal.mean(axis=0)
     return c.T @ c / cal.shape[0]
 
@@ -200,9 +198,72 @@ def covariance_softmax_kernel(calibration_probs, tau: float) -> DenseKernel:
     return DenseKernel(B.softmax(scaled), check=False)
 
 
+class CovarianceSoftmaxKernel:
+    """The exact covariance-softmax kernel of :func:`covariance_softmax_kernel`, applied without
+    forming ``M``: O(N_T S) memory plus one block of rows, for vocabularies whose dense kernel
+    does not fit.
+
+    ``M^T q' = sum_i q'(i) M[i, :]``: only the rows ``i`` where some ``q'`` has mass are formed,
+    a block at a time (``Omega[rows, :] = C[:, rows]^T C`` with ``C = (P_c - mu) / sqrt(S)``,
+    then the max-shifted softmax of each row, as in the dense kernel), and dropped after use.
+    Time O(|support| N_T S) per call (the dense kernel's product is O(N_T^2) per context);
+    the two agree to float64 round-off. ``block_bytes`` bounds one block of rows; a progress
+    bar shows on long calls (see :mod:`rdk_theory._progress`). numpy float64 only (a torch
+    tensor is computed in numpy on the CPU and returned on its device).
+    """
+
+    def __init__(self, calibration_probs, tau: float, *, block_bytes: int = 64 * 2**20,
+                 show_progress: bool | None = None):
+        if not (tau > 0 and np.isfinite(tau)):
+            raise InputError(f"tau must be finite and > 0, got {tau}")
+        cal = as_calibration(calibration_probs)
+        self.factor = (cal - cal.mean(axis=0)) / np.sqrt(cal.shape[0])  # Omega = C^T C
+        self.tau = float(tau)
+        self.n = int(cal.shape[1])
+        # |Omega_ij| <= max_i Omega_ii (Cauchy-Schwarz): finite diagonal / tau, finite kernel.
+        with np.errstate(over="ignore"):
+            top = float((self.factor * self.factor).sum(axis=0).max()) / self.tau
+        if not np.isfinite(top):
+            raise InputError(f"Omega / tau overflows at tau = {tau:g}: choose a larger tau")
+        self.block_rows = max(1, int(block_bytes) // (8 * self.n))
+        self.show_progress = show_progress
+
+    def rows(self, rows):
+        """``M[rows, :]`` (len(rows), N_T)."""
+        blk = self.factor[:, rows].T @ self.factor
+        blk /= self.tau
+        blk -= blk.max(axis=1, keepdims=True)
+        np.exp(blk, out=blk)
+        blk /= blk.sum(axis=1, keepdims=True)
+        return blk
+
+    def transport(self, q_prime):
+        if B.is_torch(q_prime):
+            import torch
+
+            out = self.transport(B.to_numpy(q_prime).astype(np.float64))
+            return torch.as_tensor(out, dtype=q_prime.dtype, device=q_prime.device)
+        q = np.asarray(q_prime, dtype=np.float64)
+        flat = q.reshape(-1, self.n)
+        support = np.flatnonzero((flat != 0).any(axis=0))
+        out = np.zeros_like(flat)
+        starts = range(0, support.size, self.block_rows)
+        for start in progress(starts, desc="exact covariance kernel, row blocks",
+                              total=len(starts),
+                              enabled=self.show_progress if len(starts) > 8 else False):
+            rows = support[start:start + self.block_rows]
+            out += flat[:, rows] @ self.rows(rows)
+        return out.reshape(q.shape)
+
+    def row_sums(self):
+        """Each row is a softmax: sums to 1 up to round-off (checked on a sample of rows)."""
+        rows = np.unique(np.linspace(0, self.n - 1, min(self.n, 64)).astype(np.int64))
+        return self.rows(rows).sum(axis=1)
+
+
 def covariance_affinity(calibration_probs):
     """Callable ``rows -> Omega[rows, :]`` that never materialises the full N x N matrix."""
-    cal = as_prob_array(calibration_probs, "calibration_probs")
+    cal = as_calibration(calibration_probs)
     c = (cal - cal.mean(axis=0)) / np.sqrt(cal.shape[0])
     return lambda rows: c[:, rows].T @ c
 

@@ -5,14 +5,18 @@ that names the offending argument and value. Internal helpers trust their inputs
 
 Conventions (written down once, enforced here):
 
-* probabilities are finite, non-negative and sum to 1 within ``PROB_ATOL`` along the last axis
-  (a sub-stochastic vector is accepted only where the caller says so);
+* probabilities are real numbers (not complex, not strings), finite, at least ``-NEG_ATOL``
+  (an entry in ``[-NEG_ATOL, 0)`` is round-off and is returned as 0, in a copy) and sum to 1
+  within ``PROB_ATOL`` along the last axis (a sub-stochastic vector is accepted only where the
+  caller says so);
+* calibration rows are such probabilities, at least one row of them;
 * ``draft_to_target`` is an integer vector whose entries are ``-1`` or valid target ids, with no
   target id used twice;
 * a kernel is row-stochastic within ``KERNEL_ATOL``.
 """
 from __future__ import annotations
 
+import numbers
 from fractions import Fraction
 
 import numpy as np
@@ -20,8 +24,15 @@ import numpy as np
 #: Tolerance on ``|sum(p) - 1|`` for float inputs (float32 softmax outputs of real models
 #: routinely miss by ~1e-6 at N = 152K; 1e-4 still rejects a visibly wrong distribution).
 PROB_ATOL = 1e-4
+#: Tolerance on negative probabilities: ``-1e-12`` from a subtraction is round-off, not a
+#: wrong distribution; such entries are read as 0.
+NEG_ATOL = 1e-12
 #: Tolerance on the row sums of a kernel.
 KERNEL_ATOL = 1e-6
+#: The tolerances as users read them (CLI help, error messages).
+TOLERANCES = (f"probabilities: entries >= -{NEG_ATOL:g} (smaller negatives are read as 0), "
+              f"row sums within {PROB_ATOL:g} of 1; kernel rows: sums within {KERNEL_ATOL:g} "
+              "of 1")
 
 
 class InputError(ValueError):
@@ -53,18 +64,18 @@ def as_prob_array(x, name: str, *, allow_sub_stochastic: bool = False, atol: flo
             if s > 1 or (not allow_sub_stochastic and s != 1):
                 raise InputError(f"{name} must sum to 1 exactly along its last axis, got {s}")
         return arr
-    try:
-        arr = np.asarray(x, dtype=np.float64)
-    except (TypeError, ValueError) as exc:
-        raise InputError(f"{name} is not a numeric array: {exc}") from None
+    arr = as_real_array(x, name)
     if arr.ndim == 0 or arr.shape[-1] == 0:
         raise InputError(f"{name} must have a non-empty last axis, got shape {arr.shape}")
     if not np.all(np.isfinite(arr)):
         idx = tuple(int(i) for i in np.argwhere(~np.isfinite(arr))[0])
         raise InputError(f"{name} has a non-finite value {arr[idx]} at index {idx}")
     if np.any(arr < 0):
-        idx = tuple(int(i) for i in np.argwhere(arr < 0)[0])
-        raise InputError(f"{name} has a negative probability {arr[idx]:.3g} at index {idx}")
+        if np.any(arr < -NEG_ATOL):
+            idx = tuple(int(i) for i in np.argwhere(arr < -NEG_ATOL)[0])
+            raise InputError(f"{name} has a negative probability {arr[idx]:.3g} at index {idx} "
+                             f"(tolerance {NEG_ATOL:g})")
+        arr = np.maximum(arr, 0.0)  # a copy: the caller's array is left as it was
     sums = arr.sum(axis=-1)
     if allow_sub_stochastic:
         bad = sums > 1 + atol
@@ -79,6 +90,36 @@ def as_prob_array(x, name: str, *, allow_sub_stochastic: bool = False, atol: flo
             f"row {idx} sums to {s:.8g}"
         )
     return arr
+
+
+def as_real_array(x, name: str) -> np.ndarray:
+    """``x`` as float64, refusing what would convert silently but wrongly: complex numbers
+    (numpy would drop the imaginary part), strings and bytes (numpy would parse them)."""
+    raw = x if isinstance(x, np.ndarray) else None
+    if raw is None:
+        try:
+            raw = np.asarray(x)
+        except (TypeError, ValueError) as exc:
+            raise InputError(f"{name} is not a numeric array: {exc}") from None
+    if raw.dtype.kind == "O" and all(isinstance(v, numbers.Real) for v in raw.reshape(-1)):
+        raw = raw.astype(np.float64)  # e.g. a list mixing Fractions and floats
+    if raw.dtype.kind not in "biuf":
+        what = {"c": "complex numbers", "U": "strings", "S": "bytes", "O": "Python objects",
+                "M": "dates", "m": "time spans", "V": "structured records"}.get(raw.dtype.kind,
+                                                                              str(raw.dtype))
+        raise InputError(f"{name} must hold real numbers, got {what} (dtype {raw.dtype})")
+    return raw.astype(np.float64, copy=False)
+
+
+def as_calibration(x, name: str = "calibration_probs", n_target: int | None = None):
+    """Calibration next-token distributions as a (S, N_T) float64 array with S >= 1."""
+    cal = as_prob_array(x, name)
+    if cal.ndim != 2 or cal.shape[0] == 0:
+        raise InputError(f"{name} must be (S, N_T) with S >= 1 calibration rows, got shape "
+                         f"{cal.shape}")
+    if n_target is not None and cal.shape[1] != n_target:
+        raise InputError(f"{name} must be (S, {n_target}), got {cal.shape}")
+    return cal
 
 
 def _is_torch(x) -> bool:

@@ -76,16 +76,44 @@ def _case(path, n_t=12, c=2):
              calibration_probs=rng.dirichlet(np.ones(n_t), size=10))
 
 
-def test_acceptance_beyond_dense_limit_still_reports_first_order(tmp_path, capsys, monkeypatch):
+def test_acceptance_beyond_dense_limit_reports_the_same_exact_rdk(tmp_path, capsys, monkeypatch):
+    """Past the dense-kernel memory limit the exact covariance kernel is applied a block of
+    rows at a time: every key of the contract is still there, with the same numbers."""
     _case(tmp_path / "c.npz")
+    argv = ["acceptance", str(tmp_path / "c.npz"), "--kernel", "covariance", "--json"]
+    assert main(argv) == 0
+    dense = json.loads(capsys.readouterr().out)
     monkeypatch.setattr(case_mod, "DENSE_KERNEL_MAX_BYTES", 100)
-    assert main(["acceptance", str(tmp_path / "c.npz"), "--kernel", "covariance", "--json"]) == 0
+    kernel, _ = case_mod.kernels_for(case_mod.load_case(tmp_path / "c.npz"), "covariance")
+    assert isinstance(kernel, rt.CovarianceSoftmaxKernel)
+    assert main(argv) == 0
     out, err = capsys.readouterr()
-    assert set(json.loads(out)) == {"vanilla", "tli", "rdk_first_order"}
-    assert "rdk_exact omitted" in err
-    # the first-order sampler never builds the dense kernel
-    assert main(["sample", str(tmp_path / "c.npz"), "--sampler", "rdk_first_order", "--kernel",
+    blocked = json.loads(out)
+    assert set(blocked) == {"vanilla", "tli", "rdk_exact", "rdk_first_order"} and err == ""
+    for key in blocked:
+        assert_close(blocked[key]["per_context"], dense[key]["per_context"], err_msg=key)
+    assert main(["sample", str(tmp_path / "c.npz"), "--sampler", "rdk_exact", "--kernel",
                  "covariance", "--context", "0", "--n", "10", "--seed", "0", "--json"]) == 0
+
+
+@pytest.mark.parametrize("block_bytes", [8 * 7, 8 * 7 * 3, 2**20])
+def test_blockwise_covariance_kernel_equals_the_dense_one(block_bytes):
+    """M^T q' from row blocks (1, 3 or all 7 rows at a time) equals the dense kernel's, for a
+    batch whose supports differ (column 2 is zero everywhere: its row is never formed)."""
+    rng = np.random.default_rng(3)
+    cal = rng.dirichlet(np.full(7, 0.3), size=12)
+    tau = 0.01
+    q = rng.dirichlet(np.ones(7), size=(2, 3))
+    q[..., 2] = 0.0
+    q[0, 0, 4] = 0.0
+    q /= q.sum(-1, keepdims=True)
+    dense = rt.covariance_softmax_kernel(cal, tau)
+    blocked = rt.CovarianceSoftmaxKernel(cal, tau, block_bytes=block_bytes)
+    assert_close(blocked.transport(q), dense.transport(q), err_msg="blockwise vs dense")
+    assert_close(blocked.rows(np.arange(7)), dense.matrix, err_msg="rows")
+    assert_close(blocked.row_sums(), 1.0, err_msg="row sums")
+    with pytest.raises(rt.InputError, match="overflows"):
+        rt.CovarianceSoftmaxKernel(cal, 1e-320)
 
 
 @pytest.mark.parametrize("argv, message", [
@@ -136,3 +164,129 @@ def test_inverse_cdf_never_returns_a_zero_weight_even_at_the_top_end():
     assert list(got) == [0, 2, 0, 3, 3]
     assert np.all(w[got] > 0)
     assert rt.InverseCdf(np.zeros(3)).last == -1
+
+
+def _good_arrays(n_t=6, c=3, s=4):
+    rng = np.random.default_rng(5)
+    return dict(target_probs=rng.dirichlet(np.ones(n_t), size=c),
+                draft_probs=rng.dirichlet(np.ones(n_t - 2), size=c),
+                draft_to_target=np.array([0, 1, 2, 3]),
+                calibration_probs=rng.dirichlet(np.ones(n_t), size=s),
+                kernel=np.full((n_t, n_t), 1.0 / n_t))
+
+
+def _bad(name, value):
+    def make(arrays):
+        arrays[name] = value(arrays[name]) if callable(value) else value
+        return arrays
+    return make
+
+
+@pytest.mark.parametrize("make, argv, message", [
+    # an array present but unused is still checked (here: no --kernel dense)
+    (_bad("kernel", lambda k: k * 1.1), [], "kernel is not row-stochastic"),
+    (_bad("kernel", lambda k: np.where(np.eye(6) > 0, -0.1, k + 0.02)), [], "kernel has a negative"),
+    (_bad("kernel", lambda k: np.where(np.eye(6) > 0, np.nan, k)), [], "kernel has a non-finite"),
+    (_bad("calibration_probs", np.zeros((0, 6))), [], "S >= 1"),
+    (_bad("target_probs", lambda p: p.astype(np.complex128)), [], "complex"),
+    (_bad("draft_probs", lambda q: q.astype(str)), [], "strings"),
+    (_bad("target_probs", lambda p: np.where(np.arange(6) == 0, -1e-9, p)), [],
+     "negative probability"),
+    (_bad("target_probs", lambda p: p * 1.001), [], "must sum to 1"),
+    (lambda a: a, ["--kernel", "covariance", "--tau", "-1"], "--tau"),
+])
+def test_bad_case_arrays_exit_2_naming_the_problem(tmp_path, capsys, make, argv, message):
+    np.savez(tmp_path / "bad.npz", **make(_good_arrays()))
+    assert main(["acceptance", str(tmp_path / "bad.npz"), *argv]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and err[0].startswith("error: ") and message in err[0], err
+
+
+def test_round_off_negatives_are_read_as_zero_without_touching_the_callers_array():
+    p = np.array([[0.5, 0.5 + 1e-13, -1e-13]])
+    got = rt.validation.as_prob_array(p, "p")
+    assert got[0, 2] == 0.0 and p[0, 2] == -1e-13
+    with pytest.raises(rt.InputError, match="negative probability"):
+        rt.validation.as_prob_array(np.array([0.5, 0.5 + 2e-12, -2e-12]), "p")
+
+
+@pytest.mark.parametrize("build", [
+    lambda cal: rt.FirstOrderCovarianceKernel(cal, 0.1),
+    lambda cal: rt.CovarianceSoftmaxKernel(cal, 0.1),
+    lambda cal: rt.covariance_softmax_kernel(cal, 0.1),
+    lambda cal: rt.MarginalKernel.from_calibration(cal, rt.VocabMap(6, [0, 1, 2, -1])),
+])
+def test_every_kernel_refuses_an_empty_calibration_set(build):
+    with pytest.raises(rt.InputError, match="S >= 1"):
+        build(np.zeros((0, 6)))
+
+
+def test_acceptance_json_is_a_probability_and_inputs_within_tolerance_are_renormalised(
+        tmp_path, capsys):
+    """p == q gives sum(p), which exceeds 1 by round-off on some rows: reported clipped to 1;
+    a row summing to 1 + 9e-5 (inside the 1e-4 tolerance) is read renormalised, so alpha <= 1."""
+    rng = np.random.default_rng(0)
+    p = rng.dirichlet(np.ones(50), size=200)
+    read = p / p.sum(-1, keepdims=True)
+    assert np.any(np.minimum(read, read).sum(-1) > 1)  # the round-off this test is about
+    arrays = dict(target_probs=p, draft_probs=p.copy(), draft_to_target=np.arange(50))
+    np.savez(tmp_path / "same.npz", **arrays)
+    assert main(["acceptance", str(tmp_path / "same.npz"), "--json"]) == 0
+    out = json.loads(capsys.readouterr().out)
+    assert max(out["vanilla"]["per_context"]) == 1.0
+    assert_close(out["vanilla"]["per_context"], 1.0, err_msg="p == q")
+    arrays["target_probs"] = p * (1 + 9e-5)
+    np.savez(tmp_path / "loose.npz", **arrays)
+    assert main(["acceptance", str(tmp_path / "loose.npz"), "--json"]) == 0
+    out = json.loads(capsys.readouterr().out)
+    assert max(out["tli"]["per_context"]) <= 1.0
+    assert_close(out["tli"]["per_context"], 1.0, err_msg="renormalised p == q")
+
+
+@pytest.mark.parametrize("argv, message", [
+    (["sample", "{case}", "--sampler", "rdk_first_order", "--kernel", "dense", "--context", "0",
+      "--n", "5", "--seed", "1"], "does not apply"),
+    (["report", "--source", "synthetic", "--seed", "-1", "--out", "{tmp}"], "--seed"),
+    (["report", "--source", "synthetic", "--vocab", "23", "--out", "{tmp}"], "--vocab must be >= 24"),
+    (["acceptance", "{tmp}"], "is a directory"),
+    (["acceptance", "{text}"], "not an .npz archive"),
+    (["acceptance", "{npy}"], "not an .npz archive"),
+])
+def test_more_cli_edge_cases_exit_2_with_one_line(tmp_path, capsys, argv, message):
+    _case(tmp_path / "c.npz")
+    (tmp_path / "t.txt").write_text("target_probs 0.5 0.5\n")
+    np.save(tmp_path / "a.npy", np.ones(3))
+    subs = {"{case}": tmp_path / "c.npz", "{tmp}": tmp_path, "{text}": tmp_path / "t.txt",
+            "{npy}": tmp_path / "a.npy"}
+    argv = [str(subs.get(a, a)) for a in argv]
+    assert main(argv) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and err[0].startswith("error: ") and message in err[0], err
+
+
+def test_report_runs_at_the_smallest_vocabulary_it_accepts(tmp_path, capsys):
+    assert main(["report", "--source", "synthetic", "--quick", "--vocab", "24", "--keep", "1,0.5",
+                 "--out", str(tmp_path)]) == 0
+    rows = json.loads((tmp_path / "report.json").read_text())["rows"]
+    assert [r["kept"] for r in rows] == [24, 12]
+
+
+def test_no_command_is_a_usage_error_on_stderr(capsys):
+    assert main([]) == 2
+    out, err = capsys.readouterr()
+    assert out == "" and "error: rdk-theory: a COMMAND is required" in err
+
+
+def test_json_into_a_closed_pipe_is_not_a_traceback(tmp_path):
+    """``acceptance --json | head -c 10``: the reader leaves after 10 bytes of a ~1 MB object."""
+    import subprocess
+    import sys
+
+    rng = np.random.default_rng(0)
+    np.savez(tmp_path / "big.npz", target_probs=rng.dirichlet(np.ones(4), size=20_000),
+             draft_probs=rng.dirichlet(np.ones(4), size=20_000), draft_to_target=np.arange(4))
+    cmd = (f"{sys.executable} -m rdk_theory acceptance {tmp_path / 'big.npz'} --json "
+           "| head -c 10 > /dev/null; echo ${PIPESTATUS[0]}")
+    res = subprocess.run(["bash", "-c", cmd], capture_output=True, text=True, timeout=120)
+    assert "Traceback" not in res.stderr and res.stderr.strip() == "", res.stderr
+    assert res.stdout.strip() == "0"
