@@ -101,3 +101,32 @@ def test_bounds_cli_table_and_bad_input(tmp_path, capsys):
     assert "best static kernel" in capsys.readouterr().out
     assert main(["bounds", str(tmp_path / "missing.npz")]) == 2
     assert "error: case file not found" in capsys.readouterr().err
+
+
+def test_tv_upper_bound_of_an_empty_proposal_is_zero():
+    """r = 0 (no proposal: q(I) = 0) has acceptance 0, and so has its bound, per row."""
+    p = np.array([[0.5, 0.5, 0.0], [0.2, 0.3, 0.5]])
+    r = np.array([[0.0, 0.0, 0.0], [0.2, 0.3, 0.5]])
+    assert list(tv_upper_bound(p, r)) == [0.0, 1.0]
+
+
+def test_best_mixing_lambda_returns_the_smallest_maximiser_of_a_plateau():
+    """p = (1/2, 1/4, 1/4), q' = (1, 0, 0), w = (0, 1, 0): alpha(lam) = min(1/2, 1 - lam) +
+    min(1/4, lam) is 1/2 + lam up to 1/4, flat at 3/4 on [1/4, 1/2], then 5/4 - lam."""
+    lam, best = best_mixing_lambda(np.array([[0.5, 0.25, 0.25]]), np.array([[1.0, 0.0, 0.0]]),
+                                   np.array([0.0, 1.0, 0.0]))
+    assert lam == 0.25 and best == 0.75
+
+
+def test_block_efficiency_refuses_acceptances_outside_the_unit_interval():
+    from rdk_theory.bounds import expected_tokens_per_call
+    from rdk_theory.validation import InputError
+
+    assert expected_tokens_per_call(np.array([0.5, 0.5])) == 1.75
+    for bad in ([0.5, 1.5], [-0.1, 0.5], [np.nan, 0.5]):
+        try:
+            expected_tokens_per_call(np.array(bad))
+        except InputError as exc:
+            assert "[0, 1]" in str(exc)
+        else:
+            raise AssertionError(f"accepted {bad}")

@@ -8,7 +8,7 @@ import pytest
 
 import rdk_theory as rt
 from rdk_theory.cli import main
-from tests.stats import assert_matches_law
+from tests.stats import assert_matches_law, assert_pvalue, binomial_pvalue
 from tests.tolerances import assert_close
 
 
@@ -48,22 +48,37 @@ def test_acceptance_json_contract(tmp_path, capsys, kernel):
            "marginal": rt.MarginalKernel.from_calibration(arrays["calibration_probs"], vm),
            "covariance": rt.covariance_softmax_kernel(arrays["calibration_probs"], 0.01),
            "dense": rt.DenseKernel(arrays["kernel"])}[kernel]
-    want = rt.acceptance_rate(arrays["target_probs"], rt.rdk_proposal(arrays["draft_probs"], vm, ker))
-    assert len(res["rdk_exact"]["per_context"]) == 3
-    assert_close(res["rdk_exact"]["per_context"], want)
-    assert_close(res["rdk_exact"]["mean"], want.mean())
+    p, q = arrays["target_probs"], arrays["draft_probs"]
+    want = {"vanilla": rt.vanilla_proposal(q, vm), "tli": rt.tli_proposal(q, vm),
+            "rdk_exact": rt.rdk_proposal(q, vm, ker)}
+    if kernel == "covariance":
+        want["rdk_first_order"] = rt.rdk_proposal(
+            q, vm, rt.FirstOrderCovarianceKernel(arrays["calibration_probs"], 0.01))
+    for name, r in want.items():  # every value of the contract, against the library
+        alpha = rt.acceptance_rate(p, r)
+        assert len(res[name]["per_context"]) == 3
+        assert_close(res[name]["per_context"], alpha, err_msg=name)
+        assert_close(res[name]["mean"], alpha.mean(), err_msg=name)
     if kernel == "identity":
         assert res["rdk_exact"] == res["tli"]
 
 
 def test_acceptance_table_is_readable(tmp_path, capsys):
-    _write_case(tmp_path / "case.npz")
+    """The table shows each sampler's mean, min and max alpha (4 decimals) and the OOV cap."""
+    arrays = _write_case(tmp_path / "case.npz")
     code, out, _ = _run(capsys, "acceptance", str(tmp_path / "case.npz"))
-    assert code == 0 and "OOV cap" in out and "tli" in out
+    assert code == 0
+    vm = rt.VocabMap(12, arrays["draft_to_target"])
+    p = arrays["target_probs"]
+    rows = {line.split()[0]: line.split()[1:] for line in out.splitlines()[2:]}
+    alpha = rt.acceptance_rate(p, rt.tli_proposal(arrays["draft_probs"], vm))
+    assert rows["tli"] == [f"{alpha.mean():.6f}", f"{alpha.min():.4f}", f"{alpha.max():.4f}"]
+    assert rows["OOV"][2] == f"{rt.oov_cap(p, vm).mean():.6f}"
 
 
 def test_sample_json_contract_and_law(tmp_path, capsys):
-    """Monte Carlo: n = 60,000 steps of context 1; chi-square vs p at the suite's rate."""
+    """Monte Carlo: n = 60,000 steps of context 1; chi-square vs p, and the accepted count
+    against Binomial(n, alpha) (exact binomial test), both at the suite's rate."""
     arrays = _write_case(tmp_path / "case.npz")
     code, out, err = _run(capsys, "sample", str(tmp_path / "case.npz"), "--sampler", "rdk_first_order",
                           "--kernel", "covariance", "--tau", "0.01", "--context", "1",
@@ -72,8 +87,12 @@ def test_sample_json_contract_and_law(tmp_path, capsys):
     res = json.loads(out)
     assert set(res) == {"counts", "accepted", "n"}
     assert res["n"] == 60000 and sum(res["counts"]) == 60000 and len(res["counts"]) == 12
-    assert 0 < res["accepted"] < 60000
     assert_matches_law(np.array(res["counts"]), arrays["target_probs"][1], "CLI sample")
+    vm = rt.VocabMap(12, arrays["draft_to_target"])
+    r = rt.rdk_proposal(arrays["draft_probs"][1], vm,
+                        rt.FirstOrderCovarianceKernel(arrays["calibration_probs"], 0.01))
+    alpha = float(rt.acceptance_rate(arrays["target_probs"][1], r))
+    assert_pvalue(binomial_pvalue(res["accepted"], 60000, alpha), "CLI accepted count")
 
 
 def _nan_target():

@@ -296,3 +296,31 @@ def test_block_rows_grows_with_the_factor_and_never_exceeds_the_batch():
     assert _fused.block_rows(64, 64 * 8 * 262_144) == 64  # S = 64 at 262K: 128 MiB
     assert _fused.block_rows(3, 64 * 8 * 262_144) == 3
     assert _fused.block_rows(1, 1) == 1
+
+
+def test_a_round_off_sized_negative_entry_is_still_clipped():
+    """An entry of -1e-10 in the first-order vector (built on purpose: for a token j outside the
+    support of q', q''_j = sum v + c_j u / tau, and u and sum v do not depend on c_j) must
+    trigger the clip and renormalisation on the fused engine exactly as on the numpy one."""
+    rng = np.random.default_rng(4)
+    n, tau = 64, 1.0
+    c = 1e-3 * rng.normal(size=(1, n))
+    c -= c.mean()
+    qp = np.zeros(n)
+    qp[:32] = rng.dirichlet(np.ones(32))
+    probe = rt.FirstOrderCovarianceKernel.from_factor(c, tau, engine="numpy")
+    v = qp * probe.inv_z
+    u, sv = float(c[0] @ v), float(v.sum())
+    j, k = 40, 41
+    keep = c[0, j] + c[0, k]
+    c[0, j] = (-1e-10 - sv) * tau / u
+    c[0, k] = keep - c[0, j]
+    numpy_engine = rt.FirstOrderCovarianceKernel.from_factor(c, tau, engine="numpy")
+    fused = rt.FirstOrderCovarianceKernel.from_factor(c, tau, engine="fused")
+    raw = numpy_engine.transport_unclipped(qp)
+    assert -1e-9 < raw[j] < 0 and np.sum(raw < 0) == 1  # the one entry under test
+    want = numpy_engine.transport(qp)
+    got, alpha = fused.transport_with_acceptance(qp, np.full(n, 1.0 / n))
+    assert want.min() == 0.0 and got.min() == 0.0
+    assert_close(got, want, err_msg="fused vs numpy after the clip")
+    assert_close(alpha, np.minimum(want, 1.0 / n).sum(), err_msg="acceptance after the clip")

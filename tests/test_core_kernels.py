@@ -82,3 +82,58 @@ def test_rdk_can_exceed_the_oov_cap():
     cap = rt.oov_cap(p, vm)
     assert_leq(rt.acceptance_rate(p, props["tli"]), cap)
     assert rt.acceptance_rate(p, props["rdk_exact"]) > cap + 0.1
+
+
+def test_sparse_topk_values_are_the_softmax_of_the_kept_affinities_with_the_diagonal_forced():
+    """Row i keeps its diagonal (even when it is the row's smallest affinity) and its k - 1
+    largest others; the kept values are softmax(a / tau) over exactly those entries."""
+    rng = np.random.default_rng(7)
+    n, k, tau = 9, 3, 0.3
+    a = rng.normal(size=(n, n))
+    np.fill_diagonal(a, a.min() - 1.0)  # the diagonal is never among the top k by value
+    m = rt.sparse_topk_kernel(a, k, tau).matrix.toarray()
+    for i in range(n):
+        others = [j for j in np.argsort(-a[i]) if j != i][: k - 1]
+        kept = sorted([i, *others])
+        assert list(np.flatnonzero(m[i])) == kept
+        e = np.exp(a[i, kept] / tau)
+        assert_close(m[i, kept], e / e.sum(), err_msg=f"row {i}")
+
+
+def test_marginal_kernel_takes_an_explicit_zero_weight_and_has_no_proposal_without_mass():
+    """lam = 0 given explicitly is the identity (not the default weight); and when the drafter
+    puts no mass on I (q' = 0) the rank-one kernel proposes nothing ([definition])."""
+    rng = np.random.default_rng(1)
+    cal = rng.dirichlet(np.ones(6), size=5)
+    vm = rt.VocabMap(6, [0, 1, 2, -1])
+    zero = rt.MarginalKernel.from_calibration(cal, vm, lam=0.0)
+    assert zero.lam == 0.0
+    q = rng.dirichlet(np.ones(4), size=2)
+    qp = rt.tli_proposal(q, vm)
+    assert_close(zero.transport(qp), qp, err_msg="lam = 0 is the identity")
+    mk = rt.MarginalKernel.from_calibration(cal, vm)
+    assert mk.lam > 0
+    no_mass = np.array([0.0, 0.0, 0.0, 1.0])  # all drafter mass on the token absent from T
+    r = rt.rdk_proposal(no_mass, vm, mk)
+    assert np.all(r == 0.0) and rt.acceptance_rate(rng.dirichlet(np.ones(6)), r) == 0.0
+
+
+@pytest.mark.parametrize("excess, ok", [(0.9e-6, True), (1.1e-6, False)])
+def test_kernel_row_sum_tolerance_is_the_stated_one(excess, ok):
+    m = np.full((4, 4), 0.25)
+    m[2, 1] += excess
+    if ok:
+        rt.DenseKernel(m)
+    else:
+        with pytest.raises(rt.InputError, match="not row-stochastic"):
+            rt.DenseKernel(m)
+
+
+@pytest.mark.parametrize("excess, ok", [(0.9e-4, True), (1.1e-4, False)])
+def test_probability_sum_tolerance_is_the_stated_one(excess, ok):
+    p = np.array([0.25, 0.25, 0.5 + excess])
+    if ok:
+        rt.acceptance_rate(p, p)
+    else:
+        with pytest.raises(rt.InputError, match="must sum to 1"):
+            rt.acceptance_rate(p, p)

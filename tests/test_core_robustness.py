@@ -290,3 +290,27 @@ def test_json_into_a_closed_pipe_is_not_a_traceback(tmp_path):
     res = subprocess.run(["bash", "-c", cmd], capture_output=True, text=True, timeout=120)
     assert "Traceback" not in res.stderr and res.stderr.strip() == "", res.stderr
     assert res.stdout.strip() == "0"
+
+
+def test_negative_step_count_is_an_input_error():
+    p = np.array([0.5, 0.5])
+    with pytest.raises(rt.InputError, match="n must be >= 0"):
+        rt.sample_steps(p, p, -1, np.random.default_rng(0))
+    tokens, accepted = rt.sample_steps(p, p, 0, np.random.default_rng(0))
+    assert tokens.size == 0 and accepted.size == 0
+
+
+def test_a_file_error_inside_a_command_exits_2_with_one_line(tmp_path, capsys, monkeypatch):
+    """main() maps FileNotFoundError from any command (e.g. a file that vanished between the
+    check and the read) to the bad-input exit status, like InputError."""
+    import rdk_theory.commands as commands
+
+    _case(tmp_path / "c.npz")
+
+    def gone(path):
+        raise FileNotFoundError(2, "No such file or directory", str(path))
+
+    monkeypatch.setattr(commands, "load_case", gone)
+    assert main(["acceptance", str(tmp_path / "c.npz")]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert err == [f"error: file not found: {tmp_path / 'c.npz'}"]

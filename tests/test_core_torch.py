@@ -67,3 +67,19 @@ def test_torch_input_validation_names_the_problem():
         rt.acceptance_rate(torch.tensor([float("nan"), 1.0]), torch.tensor([0.5, 0.5]))
     with pytest.raises(rt.InputError, match="sum to 1"):
         rt.acceptance_rate(torch.tensor([0.2, 0.2]), torch.tensor([0.5, 0.5]))
+
+
+@pytest.mark.parametrize("device", [pytest.param(d, marks=pytest.mark.gpu if d == "cuda" else ())
+                                    for d in DEVICES])
+def test_first_order_clip_and_renormalise_agree_with_numpy(device):
+    """At tau = 1e-6 the first-order vector has negative entries on every row: torch must clip
+    them and renormalise to sum q' exactly as numpy does (the clip path, not only the sum)."""
+    cal, p, q, vm = _case(seed=2)
+    fo = rt.FirstOrderCovarianceKernel(cal, 1e-6, engine="numpy")
+    qp = rt.tli_proposal(q, vm)
+    assert np.mean(fo.transport_unclipped(qp).min(axis=-1) < 0) > 0.5  # the regime under test
+    ref = fo.transport(qp)
+    got = fo.transport(torch.as_tensor(qp, dtype=torch.float64, device=device)).cpu().numpy()
+    assert_close(got, ref, atol=TORCH_FLOAT64_ATOL, err_msg="clipped first-order proposal")
+    assert got.min() >= 0
+    assert_close(got.sum(-1), qp.sum(-1), atol=TORCH_FLOAT64_ATOL, err_msg="sum q'")

@@ -53,3 +53,15 @@ def test_bytes_normalisation_matches_newlines_and_refuses_false_friends():
     assert list(by_marker.draft_to_target) == [0, -1, 2, -1, 4]
     with pytest.raises(rt.InputError, match="normalise"):
         rt.VocabMap.from_token_strings(draft, target, normalise="unicode")
+
+
+def test_marker_rewrite_covers_every_marker_and_first_ids_win():
+    """'ĠĠ' (two spaces) is '▁▁' in a SentencePiece vocabulary: every marker is rewritten. A
+    target string listed twice keeps its first id, and of two drafter tokens that match the
+    same target token only the first is mapped (the map stays one-to-one)."""
+    target = ["\u2581\u2581", "\u2581a", "b", "\u2581a", "c"]
+    draft = ["\u0120\u0120", "\u0120a", "b", "b", "\u0120c"]
+    vm = rt.VocabMap.from_token_strings(draft, target, normalise="marker")
+    assert list(vm.draft_to_target) == [0, 1, 2, -1, -1]
+    by_bytes = rt.VocabMap.from_token_strings(draft, target)
+    assert list(by_bytes.draft_to_target) == [0, 1, 2, -1, -1]

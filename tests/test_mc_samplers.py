@@ -10,12 +10,14 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
+from rdk_theory.acceptance import acceptance_rate
 from rdk_theory.first_order import FirstOrderCovarianceKernel
 from rdk_theory.kernels import covariance_softmax_kernel
 from rdk_theory.proposals import SAMPLERS, build_proposals
 from rdk_theory.sampling import emitted_counts, sample_steps
 from rdk_theory.vocab import VocabMap
-from tests.stats import FALSE_ALARM_PER_TEST, assert_matches_law, assert_no_zero_probability_emitted, chi_square_gof
+from tests.stats import (FALSE_ALARM_PER_TEST, assert_matches_law, assert_no_zero_probability_emitted,
+                         assert_pvalue, binomial_pvalue, chi_square_gof)
 
 #: Steps per sampler test (expected count >= 5 in every pooled bin for this case).
 N_STEPS = 200_000
@@ -40,7 +42,10 @@ def _case():
 @pytest.mark.mc
 @pytest.mark.parametrize("sampler", SAMPLERS)
 def test_sampler_emits_p(sampler):
-    """n = 200000 steps per sampler; chi-square p-value > 1e-5; no zero-probability token."""
+    """n = 200000 steps per sampler; chi-square p-value > 1e-5; no zero-probability token; the
+    accepted count against Binomial(n, alpha(p, r)) (each step accepts independently with
+    probability alpha; vanilla's r is sub-stochastic here, its mass off the target is never
+    accepted)."""
     p, q, vm, cal = _case()
     tau = 0.05
     props = build_proposals(q, vm, kernel=covariance_softmax_kernel(cal, tau),
@@ -50,6 +55,9 @@ def test_sampler_emits_p(sampler):
     counts = emitted_counts(tokens, 12)
     assert counts.sum() == N_STEPS
     assert_matches_law(counts, p, f"{sampler} with n = {N_STEPS}")
+    alpha = float(acceptance_rate(p, r))
+    assert_pvalue(binomial_pvalue(int(accepted.sum()), N_STEPS, alpha),
+                  f"{sampler}: accepted count vs Binomial({N_STEPS}, {alpha:.4f})")
 
 
 # ------------------------------------------------------------------- broken samplers

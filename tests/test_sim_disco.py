@@ -56,6 +56,11 @@ def test_trace_dp_matches_monte_carlo_replay():
 
 
 def test_oracle_gain_on_toy_lm_is_positive():
+    """The oracle policy beats the best static gamma by a stated margin, not just by any amount.
+
+    A seeded replay of 3000 tokens (deterministic for a checkout). Over five other seeds the
+    ratio oracle / best static time per token was 0.70-0.73 (sd about 0.015), so the bound 0.8
+    leaves about five standard deviations of Monte Carlo noise between it and the effect."""
     pair = toy_pair("pruned", seed=0)
     fn = make_proposal_fn(pair.drafter.float_copy(), pair.vocab_map, "tli", exact=False)
     tgt = pair.target.float_copy()
@@ -63,4 +68,4 @@ def test_oracle_gain_on_toy_lm_is_positive():
     static = min(disco.run_policy(tgt, fn, 3000, 0.1, rng, policy="static", gamma=g)["time_per_token"]
                  for g in (3, 4, 5))
     oracle = disco.run_policy(tgt, fn, 3000, 0.1, rng, policy="oracle")["time_per_token"]
-    assert oracle < static
+    assert oracle < 0.8 * static, oracle / static
