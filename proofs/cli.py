@@ -70,7 +70,9 @@ def register_prove(sub) -> None:
 
 # ---------------------------------------------------------------------------------- bounds
 def _summary(x) -> dict:
-    x = np.asarray(x, dtype=np.float64)
+    """``mean`` and ``per_context`` of a probability per context (round-off above 1 or below 0
+    clipped, as in ``rdk-theory acceptance``)."""
+    x = np.clip(np.asarray(x, dtype=np.float64), 0.0, 1.0)
     return {"mean": float(x.mean()), "per_context": [float(v) for v in x]}
 
 
@@ -89,7 +91,8 @@ def compute_bounds(case, *, kernel_name: str = "identity", tau=None, lam=None) -
         "contexts": case.n_contexts, "n_target": vm.n_target, "n_draft": vm.n_draft,
         "intersection_size": int(vm.intersection.size), "kernel": kernel_name,
         "oov_cap": _summary(bounds.oov_cap(p, vm)),
-        "alpha": {k: float(acceptance_rate(p, v, check=False).mean()) for k, v in props.items()},
+        "alpha": {k: float(np.clip(acceptance_rate(p, v, check=False), 0, 1).mean())
+                  for k, v in props.items()},
         "tv_upper_bound": _summary(bounds.tv_upper_bound(p, props["rdk_exact"])),
     }
     if "rdk_first_order" in props:

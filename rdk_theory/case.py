@@ -3,7 +3,7 @@
 Keys (shapes): ``target_probs`` (C, N_T), ``draft_probs`` (C, N_D), ``draft_to_target`` (N_D,)
 int; optional ``calibration_probs`` (S, N_T) (needed by the marginal and covariance kernels)
 and ``kernel`` (N_T, N_T) (needed by ``--kernel dense``). Every array present is validated,
-used or not (tolerances: :data:`rdk_theory.validation.TOLERANCES`); rows of probabilities are
+used or not (tolerances: :mod:`rdk_theory.validation`); rows of probabilities are
 then renormalised to sum to 1, so that a row within tolerance is read as the distribution it
 approximates.
 
@@ -19,14 +19,15 @@ from dataclasses import dataclass
 import numpy as np
 
 from .first_order import FirstOrderCovarianceKernel
-from .kernels import (CovarianceSoftmaxKernel, DenseKernel, IdentityKernel, MarginalKernel,
-                      covariance_softmax_kernel)
+from .kernels import CovarianceSoftmaxKernel, DenseKernel, IdentityKernel, MarginalKernel
 from .validation import InputError, as_calibration, as_prob_array, as_real_array
 from .vocab import VocabMap
 
 KERNEL_CHOICES = ("identity", "marginal", "covariance", "dense")
-#: Largest dense N_T x N_T float64 covariance kernel built (bytes); beyond it the exact kernel
-#: is applied a block of rows at a time (:class:`rdk_theory.kernels.CovarianceSoftmaxKernel`).
+#: Largest dense N_T x N_T float64 matrix the synthetic report builds (bytes). The CLI never
+#: forms the covariance kernel: it applies it a block of rows at a time
+#: (:class:`rdk_theory.kernels.CovarianceSoftmaxKernel`: faster from N_T ~ 1000 and O(N S)
+#: memory).
 DENSE_KERNEL_MAX_BYTES = 4 * 2**30
 
 
@@ -116,8 +117,8 @@ def kernels_for(case: Case, kind: str = "identity", *, tau: float | None = None,
     ``kernel`` is None unless ``need_exact``. ``first_order`` is built when
     ``need_first_order`` is True, or, when it is None, for ``kind == 'covariance'``; else None.
     ``tau=None`` uses :func:`default_tau`; ``lam=None`` lets the marginal kernel use the
-    calibration mass outside ``I``. The exact covariance kernel is dense up to
-    :data:`DENSE_KERNEL_MAX_BYTES` and applied a block of rows at a time beyond.
+    calibration mass outside ``I``. The exact covariance kernel is applied a block of rows
+    at a time (:class:`rdk_theory.kernels.CovarianceSoftmaxKernel`), never formed.
     """
     if kind not in KERNEL_CHOICES:
         raise InputError(f"unknown kernel '{kind}'; choose from {', '.join(KERNEL_CHOICES)}")
@@ -144,10 +145,7 @@ def _exact_kernel(case: Case, kind: str, tau, lam):
     if kind == "marginal":
         return MarginalKernel.from_calibration(case.calibration_probs, case.vocab_map, lam)
     if kind == "covariance":
-        n = case.vocab_map.n_target
-        if 8 * n * n > DENSE_KERNEL_MAX_BYTES:
-            return CovarianceSoftmaxKernel(case.calibration_probs, tau)
-        return covariance_softmax_kernel(case.calibration_probs, tau)
+        return CovarianceSoftmaxKernel(case.calibration_probs, tau)
     if case.kernel is None:
         raise InputError("--kernel dense needs a 'kernel' (N_T, N_T) array in the case file")
     return DenseKernel(case.kernel)

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import argparse
 import os
+import select
 import sys
 from importlib.metadata import entry_points
 
@@ -51,6 +52,16 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
+def _stdout_closed() -> bool:
+    """Whether stdout is a pipe whose reader has gone (poll reports an error on it)."""
+    try:
+        poller = select.poll()
+        poller.register(sys.stdout.fileno(), select.POLLOUT)
+        return any(ev & select.POLLERR for _, ev in poller.poll(0))
+    except (AttributeError, OSError, ValueError):  # no poll (Windows), stdout not a file
+        return False
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = build_parser()
     args = parser.parse_args(argv)
@@ -61,7 +72,10 @@ def main(argv: list[str] | None = None) -> int:
         return EXIT_BAD_INPUT
     try:
         return int(args.func(args) or 0)
-    except BrokenPipeError:  # stdout closed early (``... --json | head``): not an error of ours
+    except BrokenPipeError:
+        if not _stdout_closed():
+            raise
+        # the reader of stdout left early (``... --json | head``): not an error of ours
         devnull = os.open(os.devnull, os.O_WRONLY)
         os.dup2(devnull, sys.stdout.fileno())  # so that the exit-time flush does not fail too
         return 0

@@ -8,13 +8,12 @@ import sys
 import numpy as np
 
 from .acceptance import acceptance_rate, oov_cap
-from .case import DENSE_KERNEL_MAX_BYTES, KERNEL_CHOICES, kernels_for, load_case
+from .case import KERNEL_CHOICES, kernels_for, load_case
 from .proposals import SAMPLERS, build_proposals
 from .sampling import emitted_counts, sample_steps
 from .validation import KERNEL_ATOL, NEG_ATOL, PROB_ATOL, InputError
 
 RAW = argparse.RawDescriptionHelpFormatter
-DENSE_MAX_N = int((DENSE_KERNEL_MAX_BYTES / 8) ** 0.5)
 CASE_HELP = (
     "CASE.npz (numpy.savez) holds:\n"
     "  target_probs       (C, N_T)  target next-token distributions, one row per context\n"
@@ -42,8 +41,8 @@ def _add_kernel_options(p):
                              "approximates the covariance kernel)")
     g.add_argument("--kernel", choices=KERNEL_CHOICES, default=None,
                    help="identity (RDK = TLI), marginal (rank one, O(N)), covariance (softmax "
-                        "of the calibration covariance, O(N^2): dense up to N_T = "
-                        f"{DENSE_MAX_N:,}, a block of rows at a time beyond), dense (the "
+                        "of the calibration covariance: O(N^2 S) time, applied a block of rows "
+                        "at a time in O(N S) memory; first-order RDK is O(N S)), dense (the "
                         "'kernel' array of the "
                         "case file). Default: identity")
     g.add_argument("--tau", type=float, default=None,

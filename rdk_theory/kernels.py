@@ -206,7 +206,8 @@ class CovarianceSoftmaxKernel:
     ``M^T q' = sum_i q'(i) M[i, :]``: only the rows ``i`` where some ``q'`` has mass are formed,
     a block at a time (``Omega[rows, :] = C[:, rows]^T C`` with ``C = (P_c - mu) / sqrt(S)``,
     then the max-shifted softmax of each row, as in the dense kernel), and dropped after use.
-    Time O(|support| N_T S) per call (the dense kernel's product is O(N_T^2) per context);
+    Time O(|support| N_T (S + C)) for C rows of ``q'`` (the dense kernel's product is
+    O(C N_T^2), after O(N_T^2 S) to form it);
     the two agree to float64 round-off. ``block_bytes`` bounds one block of rows; a progress
     bar shows on long calls (see :mod:`rdk_theory._progress`). numpy float64 only (a torch
     tensor is computed in numpy on the CPU and returned on its device).
@@ -216,7 +217,7 @@ class CovarianceSoftmaxKernel:
                  show_progress: bool | None = None):
         if not (tau > 0 and np.isfinite(tau)):
             raise InputError(f"tau must be finite and > 0, got {tau}")
-        cal = as_calibration(calibration_probs)
+        cal = np.asarray(B.to_numpy(as_calibration(calibration_probs)), dtype=np.float64)
         self.factor = (cal - cal.mean(axis=0)) / np.sqrt(cal.shape[0])  # Omega = C^T C
         self.tau = float(tau)
         self.n = int(cal.shape[1])

@@ -167,8 +167,9 @@ def cmd_report(args) -> int:
     args.keep_fractions = keep
     if os.path.exists(args.out) and not os.path.isdir(args.out):
         raise InputError(f"--out {args.out} exists and is not a directory")
-    if args.source != "real" and 2 * 8 * args.vocab**2 > DENSE_KERNEL_MAX_BYTES:
-        raise InputError(f"--vocab {args.vocab} is too large for the exact dense covariance kernel "
+    n = min(args.vocab, 1024) if args.quick else args.vocab
+    if args.source != "real" and 2 * 8 * n**2 > DENSE_KERNEL_MAX_BYTES:
+        raise InputError(f"--vocab {n} is too large for the exact dense covariance kernel "
                          f"(two N x N float64 matrices must fit in "
                          f"{DENSE_KERNEL_MAX_BYTES / 2**30:.0f} GiB)")
     if args.vocab < MIN_VOCAB:
@@ -188,7 +189,6 @@ def cmd_report(args) -> int:
             print("real models not fetched ('rdk-theory models fetch'): using the synthetic "
                   "Zipfian LM", file=sys.stderr)
     if report is None:
-        n = min(args.vocab, 1024) if args.quick else args.vocab
         report = synthetic_report(n=n, contexts=32 if args.quick else 64,
                                   calibration=128 if args.quick else 256, keep=keep,
                                   seed=args.seed)

@@ -29,10 +29,6 @@ PROB_ATOL = 1e-4
 NEG_ATOL = 1e-12
 #: Tolerance on the row sums of a kernel.
 KERNEL_ATOL = 1e-6
-#: The tolerances as users read them (CLI help, error messages).
-TOLERANCES = (f"probabilities: entries >= -{NEG_ATOL:g} (smaller negatives are read as 0), "
-              f"row sums within {PROB_ATOL:g} of 1; kernel rows: sums within {KERNEL_ATOL:g} "
-              "of 1")
 
 
 class InputError(ValueError):
@@ -130,12 +126,17 @@ def _is_torch(x) -> bool:
 def _check_torch_probs(x, name, allow_sub_stochastic, atol):
     import torch
 
+    if x.is_complex():
+        raise InputError(f"{name} must hold real numbers, got {x.dtype}")
     if x.ndim == 0 or x.shape[-1] == 0:
         raise InputError(f"{name} must have a non-empty last axis, got shape {tuple(x.shape)}")
     if not torch.isfinite(x).all():
         raise InputError(f"{name} has a non-finite value")
     if (x < 0).any():
-        raise InputError(f"{name} has a negative probability (min {x.min().item():.3g})")
+        if (x < -NEG_ATOL).any():
+            raise InputError(f"{name} has a negative probability (min {x.min().item():.3g}, "
+                             f"tolerance {NEG_ATOL:g})")
+        x = x.clamp_min(0)  # a copy: the caller's tensor is left as it was
     sums = x.sum(-1, dtype=torch.float64)
     bad = (sums > 1 + atol) if allow_sub_stochastic else ((sums - 1).abs() > atol)
     if bad.any():

@@ -356,7 +356,12 @@ def register(subparsers) -> None:
                "  rdk-theory simulate disco --c 0.1\n  rdk-theory simulate spectr --k-max 4\n"
                "  rdk-theory simulate string --figure psi_cost.png")
     sub = sim.add_subparsers(dest="sim_command", metavar="SIMULATOR")
-    sim.set_defaults(func=lambda a: (sim.print_help(), 2)[1])
+    def no_simulator(args):
+        sim.print_usage(sys.stderr)
+        raise InputError("rdk-theory simulate: a SIMULATOR is required "
+                         "(see 'rdk-theory simulate --help')")
+
+    sim.set_defaults(func=no_simulator)
 
     def common(p, figure=True):
         p.add_argument("--json", action="store_true", help="print one JSON object on stdout")

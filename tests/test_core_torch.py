@@ -83,3 +83,16 @@ def test_first_order_clip_and_renormalise_agree_with_numpy(device):
     assert_close(got, ref, atol=TORCH_FLOAT64_ATOL, err_msg="clipped first-order proposal")
     assert got.min() >= 0
     assert_close(got.sum(-1), qp.sum(-1), atol=TORCH_FLOAT64_ATOL, err_msg="sum q'")
+
+
+def test_torch_input_follows_the_numpy_validation_rules():
+    """Round-off negatives down to -1e-12 read as 0 (in a copy); complex tensors are refused
+    with an InputError, as for numpy."""
+    x = torch.tensor([0.5, 0.5 + 1e-13, -1e-13], dtype=torch.float64)
+    assert rt.acceptance_rate(x, x).item() == rt.acceptance_rate(x.numpy(), x.numpy())
+    assert x[2].item() == -1e-13
+    with pytest.raises(rt.InputError, match="negative probability"):
+        rt.acceptance_rate(torch.tensor([0.5, 0.5 + 2e-12, -2e-12], dtype=torch.float64), x)
+    with pytest.raises(rt.InputError, match="real numbers"):
+        rt.acceptance_rate(torch.tensor([0.5, 0.5], dtype=torch.complex128),
+                           torch.tensor([0.5, 0.5], dtype=torch.float64))
