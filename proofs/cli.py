@@ -11,7 +11,7 @@ import time
 
 import numpy as np
 
-from rdk_theory.commands import CASE_HELP
+from rdk_theory.commands import CASE_HELP, clipped_acceptance
 
 RAW = argparse.RawDescriptionHelpFormatter
 
@@ -91,8 +91,7 @@ def compute_bounds(case, *, kernel_name: str = "identity", tau=None, lam=None) -
         "contexts": case.n_contexts, "n_target": vm.n_target, "n_draft": vm.n_draft,
         "intersection_size": int(vm.intersection.size), "kernel": kernel_name,
         "oov_cap": _summary(bounds.oov_cap(p, vm)),
-        "alpha": {k: float(np.clip(acceptance_rate(p, v, check=False), 0, 1).mean())
-                  for k, v in props.items()},
+        "alpha": {k: float(clipped_acceptance(p, v).mean()) for k, v in props.items()},
         "tv_upper_bound": _summary(bounds.tv_upper_bound(p, props["rdk_exact"])),
     }
     if "rdk_first_order" in props:

@@ -30,7 +30,7 @@ CASE_HELP = (
 )
 
 
-def _alphas(p, r):
+def clipped_acceptance(p, r):
     """Per-context acceptance, clipped to [0, 1]: the sum of minima of two distributions can
     exceed 1 by round-off (1 + 2e-16 for p == q), and it is reported as the probability it is."""
     return np.clip(acceptance_rate(p, r, check=False), 0.0, 1.0)
@@ -43,8 +43,7 @@ def _add_kernel_options(p):
                    help="identity (RDK = TLI), marginal (rank one, O(N)), covariance (softmax "
                         "of the calibration covariance: O(N^2 S) time, applied a block of rows "
                         "at a time in O(N S) memory; first-order RDK is O(N S)), dense (the "
-                        "'kernel' array of the "
-                        "case file). Default: identity")
+                        "'kernel' array of the case file). Default: identity")
     g.add_argument("--tau", type=float, default=None,
                    help="covariance softmax temperature; default max_i Var(p_c(i)), which "
                         "keeps every off-diagonal affinity |Omega_ij|/tau <= 1")
@@ -62,7 +61,7 @@ def cmd_acceptance(args) -> int:
     result = {}
     for name in SAMPLERS:
         if name in props:
-            a = _alphas(case.target_probs, props[name])
+            a = clipped_acceptance(case.target_probs, props[name])
             result[name] = {"mean": float(np.mean(a)), "per_context": [float(x) for x in a]}
     if args.json:
         json.dump(result, sys.stdout)
@@ -108,7 +107,7 @@ def cmd_sample(args) -> int:
                    "n": int(args.n)}, sys.stdout)
         sys.stdout.write("\n")
         return 0
-    alpha = float(_alphas(p, r))
+    alpha = float(clipped_acceptance(p, r))
     print(f"sampler {args.sampler}, context {args.context}, {args.n} steps, seed {args.seed}")
     print(f"accepted {int(accepted.sum())} / {args.n} = {accepted.mean():.4f} "
           f"(exact alpha {alpha:.4f})")

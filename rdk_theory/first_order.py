@@ -31,7 +31,7 @@ import numpy as np
 from . import _backend as B
 from . import _fused
 from .acceptance import acceptance_rate
-from .kernels import _DeviceCache
+from .kernels import _centred_factor, _DeviceCache
 from ._fused import _F64
 from .validation import InputError, as_calibration
 
@@ -66,7 +66,7 @@ class FirstOrderCovarianceKernel:
         # Rows renormalised exactly: then every row of C sums to 0, which is what makes the
         # first-order vector sum to sum q' without a renormalising pass (validation allows 1e-4).
         cal = cal / cal.sum(axis=1, keepdims=True)
-        c = (cal - cal.mean(axis=0)) / np.sqrt(s)  # (S, N): Omega = c.T @ c
+        c = _centred_factor(cal)  # (S, N): Omega = c.T @ c
         if rank is not None:
             if not 1 <= rank <= min(s, n):
                 raise InputError(f"rank must be in [1, {min(s, n)}], got {rank}")

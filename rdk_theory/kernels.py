@@ -187,15 +187,16 @@ def calibration_covariance(calibration_probs):
 def covariance_softmax_kernel(calibration_probs, tau: float) -> DenseKernel:
     """Exact covariance-softmax kernel ``M_ij = exp(Omega_ij / tau) / sum_k exp(Omega_ik / tau)``.
 
-    Dense: O(N_T^2) memory and time ([1], as summarised in public reviews).
+    Dense: O(N_T^2) memory and time ([1], as summarised in public reviews): every row of
+    :class:`CovarianceSoftmaxKernel`, formed at once.
     """
-    if not (tau > 0 and np.isfinite(tau)):
-        raise InputError(f"tau must be finite and > 0, got {tau}")
-    with np.errstate(over="ignore"):
-        scaled = calibration_covariance(calibration_probs) / tau
-    if not np.all(np.isfinite(scaled)):
-        raise InputError(f"Omega / tau overflows at tau = {tau:g}: choose a larger tau")
-    return DenseKernel(B.softmax(scaled), check=False)
+    rows = CovarianceSoftmaxKernel(calibration_probs, tau)
+    return DenseKernel(rows.rows(np.arange(rows.n)), check=False)
+
+
+def _centred_factor(cal: np.ndarray) -> np.ndarray:
+    """``C = (P_c - mu) / sqrt(S)`` of calibration rows (S, N): ``Omega = C^T C``."""
+    return (cal - cal.mean(axis=0)) / np.sqrt(cal.shape[0])
 
 
 class CovarianceSoftmaxKernel:
@@ -218,7 +219,7 @@ class CovarianceSoftmaxKernel:
         if not (tau > 0 and np.isfinite(tau)):
             raise InputError(f"tau must be finite and > 0, got {tau}")
         cal = np.asarray(B.to_numpy(as_calibration(calibration_probs)), dtype=np.float64)
-        self.factor = (cal - cal.mean(axis=0)) / np.sqrt(cal.shape[0])  # Omega = C^T C
+        self.factor = _centred_factor(cal)
         self.tau = float(tau)
         self.n = int(cal.shape[1])
         # |Omega_ij| <= max_i Omega_ii (Cauchy-Schwarz): finite diagonal / tau, finite kernel.
@@ -264,8 +265,7 @@ class CovarianceSoftmaxKernel:
 
 def covariance_affinity(calibration_probs):
     """Callable ``rows -> Omega[rows, :]`` that never materialises the full N x N matrix."""
-    cal = as_calibration(calibration_probs)
-    c = (cal - cal.mean(axis=0)) / np.sqrt(cal.shape[0])
+    c = _centred_factor(as_calibration(calibration_probs))
     return lambda rows: c[:, rows].T @ c
 
 

@@ -91,12 +91,10 @@ def as_prob_array(x, name: str, *, allow_sub_stochastic: bool = False, atol: flo
 def as_real_array(x, name: str) -> np.ndarray:
     """``x`` as float64, refusing what would convert silently but wrongly: complex numbers
     (numpy would drop the imaginary part), strings and bytes (numpy would parse them)."""
-    raw = x if isinstance(x, np.ndarray) else None
-    if raw is None:
-        try:
-            raw = np.asarray(x)
-        except (TypeError, ValueError) as exc:
-            raise InputError(f"{name} is not a numeric array: {exc}") from None
+    try:
+        raw = np.asarray(x)  # an ndarray is returned as it is
+    except (TypeError, ValueError) as exc:
+        raise InputError(f"{name} is not a numeric array: {exc}") from None
     if raw.dtype.kind == "O" and all(isinstance(v, numbers.Real) for v in raw.reshape(-1)):
         raw = raw.astype(np.float64)  # e.g. a list mixing Fractions and floats
     if raw.dtype.kind not in "biuf":
