@@ -161,12 +161,16 @@ def config_from_args(args):
         kw["max_positions"] = args.positions
     if args.steps:
         kw["n_steps"] = args.steps
-    if args.device == "cuda":
+    _check_device(args.device)
+    return RunConfig.quick(**kw) if args.quick else RunConfig(**kw)
+
+
+def _check_device(device) -> None:
+    if device == "cuda":
         import torch
 
         if not torch.cuda.is_available():
             raise InputError("--device cuda: torch sees no CUDA device here")
-    return RunConfig.quick(**kw) if args.quick else RunConfig(**kw)
 
 
 def cmd_validate(args) -> int:
@@ -185,6 +189,7 @@ def cmd_hetero(args) -> int:
     """``validate --hetero``: the heterogeneous-tokenizer study (see :mod:`.hetero`)."""
     from . import hetero
 
+    _check_device(args.device)
     drafters = tuple(d for d in (args.drafter or ",".join(HETERO_DRAFTERS)).split(",") if d)
     report = hetero.run(args.target or HETERO_TARGET, drafters, out=args.out,
                         device=args.device, dtype=args.dtype, fetch_missing=args.fetch)

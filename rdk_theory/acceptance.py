@@ -15,7 +15,7 @@ numpy object arrays of ``fractions.Fraction`` (exact, compare with ``==``) and t
 from __future__ import annotations
 
 from . import _backend as B
-from .validation import InputError, as_prob_array
+from .validation import InputError, as_prob_array, same_backend
 
 
 def _check_pair(p, r, check: bool):
@@ -23,6 +23,7 @@ def _check_pair(p, r, check: bool):
         return p, r
     p = as_prob_array(p, "target_probs")
     r = as_prob_array(r, "proposal", allow_sub_stochastic=True)
+    p, r = same_backend(p, r, ("target_probs", "proposal"))
     if p.shape[-1] != r.shape[-1]:
         raise InputError(
             f"target_probs and proposal must share the last axis (the target vocabulary): "
@@ -67,6 +68,7 @@ def total_variation(a, b, *, check: bool = True):
     if check:
         a = as_prob_array(a, "a", allow_sub_stochastic=True)
         b = as_prob_array(b, "b", allow_sub_stochastic=True)
+        a, b = same_backend(a, b, ("a", "b"))
         if a.shape[-1] != b.shape[-1]:
             raise InputError(f"a and b must share the last axis: {a.shape[-1]} != {b.shape[-1]}")
     d = a - b
@@ -83,9 +85,6 @@ def oov_cap(target_probs, vocab_map, *, check: bool = True):
     p = as_prob_array(target_probs, "target_probs") if check else target_probs
     if p.shape[-1] != vocab_map.n_target:
         raise InputError(f"target_probs has {p.shape[-1]} columns, vocab_map.n_target is {vocab_map.n_target}")
-    idx = vocab_map.intersection
     if B.is_torch(p):
-        import torch
-
-        return p.index_select(-1, torch.as_tensor(idx, device=p.device)).sum(-1)
-    return B.total(p[..., idx])
+        return p.index_select(-1, vocab_map.on_device("intersection", p.device)).sum(-1)
+    return B.total(p[..., vocab_map.intersection])

@@ -33,7 +33,7 @@ from . import _fused
 from .acceptance import acceptance_rate
 from .kernels import _centred_factor, _DeviceCache
 from ._fused import _F64
-from .validation import InputError, as_calibration
+from .validation import InputError, as_calibration, as_real_array, same_backend
 
 
 def _plain(x) -> bool:
@@ -122,7 +122,7 @@ class FirstOrderCovarianceKernel:
         """Build from a precomputed factor ``C`` (S or r, N) with ``Omega = C^T C``."""
         if not tau > 0:
             raise InputError(f"tau must be > 0, got {tau}")
-        c = np.asarray(factor, dtype=np.float64)
+        c = as_real_array(factor, "factor")
         if c.ndim != 2 or c.shape[0] < 1 or c.shape[1] < 1 or not np.all(np.isfinite(c)):
             raise InputError(f"factor must be a finite 2-D (r, N) array with r, N >= 1, "
                              f"got shape {c.shape}")
@@ -132,7 +132,7 @@ class FirstOrderCovarianceKernel:
                 f"factor row {int(np.argmax(drift))} does not sum to 0: a first-order factor must "
                 "come from centred calibration rows (then Omega's rows sum to 0)")
         obj = cls.__new__(cls)
-        obj._setup(factor, tau, engine, factor_dtype, threads)
+        obj._setup(c, tau, engine, factor_dtype, threads)
         return obj
 
     def _arrays(self, like):
@@ -201,7 +201,9 @@ class FirstOrderCovarianceKernel:
             return _fused.first_order(q_prime, target_probs, self._fused_arrays,
                                       threads=self.threads)
         out = self.transport(q_prime)
-        return out, acceptance_rate(target_probs, out, check=False)
+        # mixed numpy/torch input: the acceptance is computed on the tensor's device
+        return out, acceptance_rate(*same_backend(target_probs, out, ("target_probs", "q_prime")),
+                                    check=False)
 
     @property
     def engine(self) -> str:

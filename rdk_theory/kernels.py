@@ -25,8 +25,8 @@ import numpy as np
 
 from . import _backend as B
 from ._progress import progress
-from .validation import (InputError, as_calibration, as_prob_array, check_nonnegative,
-                         check_row_stochastic)
+from .validation import (InputError, as_calibration, as_prob_array, as_real_array,
+                         check_nonnegative, check_row_stochastic)
 
 
 class _DeviceCache:
@@ -60,7 +60,8 @@ class DenseKernel:
     """A user-given dense row-stochastic matrix (N_T, N_T); float64 or ``Fraction`` entries."""
 
     def __init__(self, matrix, *, check: bool = True, name: str = "kernel"):
-        m = matrix if (isinstance(matrix, np.ndarray) and matrix.dtype == object) else np.asarray(matrix, dtype=np.float64)
+        m = matrix if (isinstance(matrix, np.ndarray) and matrix.dtype == object) else \
+            np.asarray(as_real_array(matrix, name), dtype=np.float64)
         if m.ndim != 2 or m.shape[0] != m.shape[1]:
             raise InputError(f"{name} must be a square (N_T, N_T) matrix, got shape {m.shape}")
         if check:
@@ -135,7 +136,9 @@ class MarginalKernel:
             raise InputError(f"w must be 1-D, got shape {w.shape}")
         if not (0 <= lam <= 1):
             raise InputError(f"lam must be in [0, 1], got {lam}")
-        self.w = np.array(w, copy=True)  # a private copy: later edits by the caller cannot leak in
+        # a private host copy: later edits by the caller cannot leak in; torch input (any
+        # device) is copied to the host, and transport moves it to each input's device
+        self.w = np.array(B.to_numpy(w), copy=True)
         self.lam = lam
         self.n = int(w.shape[0])
         self._torch = _DeviceCache()
@@ -271,7 +274,7 @@ def covariance_affinity(calibration_probs):
 
 def cosine_affinity(embeddings):
     """Callable ``rows -> cos(e_rows, e_all)`` for embedding rows (e.g. the target LM head)."""
-    e = np.asarray(embeddings, dtype=np.float64)
+    e = as_real_array(embeddings, "embeddings")
     e = e / np.maximum(np.linalg.norm(e, axis=1, keepdims=True), 1e-300)
     return lambda rows: e[rows] @ e.T
 
@@ -294,7 +297,7 @@ def sparse_topk_kernel(affinity, k: int, tau: float = 1.0, *, n: int | None = No
             raise InputError("n is required when affinity is a callable")
         rows_of = affinity
     else:
-        a = np.asarray(affinity, dtype=np.float64)
+        a = as_real_array(affinity, "affinity")
         if a.ndim != 2 or a.shape[0] != a.shape[1]:
             raise InputError(f"affinity must be square, got shape {a.shape}")
         n = a.shape[0]
@@ -308,7 +311,7 @@ def sparse_topk_kernel(affinity, k: int, tau: float = 1.0, *, n: int | None = No
     data = np.empty(n * k)
     for start in range(0, n, block):
         rows = np.arange(start, min(n, start + block))
-        blk = np.array(rows_of(rows), dtype=np.float64)
+        blk = np.array(B.to_numpy(rows_of(rows)), dtype=np.float64)
         if not np.all(np.isfinite(blk)):
             raise InputError(f"affinity has a non-finite value in rows {rows[0]}..{rows[-1]}")
         ar = np.arange(rows.size)

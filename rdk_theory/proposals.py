@@ -44,7 +44,7 @@ def vanilla_proposal(draft_probs, vocab_map, *, check: bool = True):
     """
     q = _check(draft_probs, vocab_map, check)
     return B.scatter_last(q, vocab_map.draft_to_target, vocab_map.n_target,
-                          plan=vocab_map.scatter_plan)
+                          plan=vocab_map.scatter_plan_for(q))
 
 
 def tli_proposal(draft_probs, vocab_map, *, check: bool = True):

@@ -12,7 +12,7 @@ from __future__ import annotations
 import numpy as np
 
 from . import _backend as B
-from .validation import InputError, as_prob_array
+from .validation import InputError, as_prob_array, same_backend
 
 
 class InverseCdf:
@@ -25,8 +25,8 @@ class InverseCdf:
     """
 
     def __init__(self, weights):
-        w = np.asarray(weights, dtype=np.float64)
-        self.cdf = np.cumsum(w)
+        w = np.asarray(B.to_numpy(weights), dtype=np.float64)
+        self.cdf = np.cumsum(w)  # sequential: a zero weight repeats the previous sum exactly
         self.total = float(self.cdf[-1])
         positive = np.flatnonzero(w > 0)
         self.last = int(positive[-1]) if positive.size else -1
@@ -40,12 +40,16 @@ def _inverse_cdf(weights, u):
 
 
 def _inverse_cdf_torch(weights, u):
+    """The torch twin of :class:`InverseCdf`, over the positive weights only: a CUDA
+    ``cumsum`` is a parallel scan that groups its additions differently for each prefix, so a
+    zero weight need not repeat the previous sum exactly and ``searchsorted`` could land on
+    it. Searching the positive entries alone makes a zero weight unreachable on any device."""
     import torch
 
-    cdf = torch.cumsum(weights, 0)
+    positive = torch.nonzero(weights > 0).flatten()
+    cdf = torch.cumsum(weights.index_select(0, positive), 0)
     idx = torch.searchsorted(cdf, (u * cdf[-1]).contiguous(), right=True)
-    last = int(torch.nonzero(weights > 0)[-1])
-    return torch.clamp(idx, max=last)
+    return positive.index_select(0, torch.clamp(idx, max=positive.numel() - 1))
 
 
 def sample_steps(target_probs, proposal, n: int, rng, *, check: bool = True):
@@ -71,6 +75,7 @@ def sample_steps(target_probs, proposal, n: int, rng, *, check: bool = True):
             )
         if int(n) < 0:
             raise InputError(f"n must be >= 0, got {n}")
+        target_probs, proposal = same_backend(target_probs, proposal, ("target_probs", "proposal"))
     if B.is_torch(target_probs):
         return _sample_steps_torch(target_probs, proposal, int(n), rng)
     p, r = _normalised(np.asarray(target_probs, dtype=np.float64), np.asarray(proposal, dtype=np.float64))
@@ -104,6 +109,10 @@ def _sample_steps_torch(p, r, n, generator):
     import torch
 
     dev = p.device
+    gen_dev = getattr(generator, "device", None)
+    if gen_dev is not None and torch.device(gen_dev).type != dev.type:
+        raise InputError(f"the torch.Generator is on {gen_dev} but the tensors are on {dev}: "
+                         f"use torch.Generator(device={str(dev)!r})")
     p, r = _normalised(p.double(), r.double())
     mass = float(r.sum())
     rand = lambda k: torch.rand(k, generator=generator, device=dev, dtype=torch.float64)  # noqa: E731
@@ -125,7 +134,7 @@ def _sample_steps_torch(p, r, n, generator):
 
 def draw(weights, rng) -> int:
     """One index drawn with probability ``weights / sum(weights)`` (a zero weight never wins)."""
-    return int(_inverse_cdf(np.asarray(weights, dtype=np.float64), rng.random(1))[0])
+    return int(_inverse_cdf(weights, rng.random(1))[0])
 
 
 def verify_draft(target_probs, proposal, draft: int, rng):
@@ -135,8 +144,8 @@ def verify_draft(target_probs, proposal, draft: int, rng):
     the same ``r`` (from ``p`` when the residual is empty, i.e. ``r = p`` up to round-off). For
     drafting loops (speculative generation) where the draft is drawn outside the step.
     """
-    p, r = _normalised(np.asarray(target_probs, dtype=np.float64),
-                       np.asarray(proposal, dtype=np.float64))
+    p, r = _normalised(np.asarray(B.to_numpy(target_probs), dtype=np.float64),
+                       np.asarray(B.to_numpy(proposal), dtype=np.float64))
     if rng.random() * r[draft] < p[draft]:
         return int(draft), True
     excess = np.maximum(p - r, 0.0)

@@ -88,11 +88,47 @@ def as_prob_array(x, name: str, *, allow_sub_stochastic: bool = False, atol: flo
     return arr
 
 
+def host(x):
+    """``x`` as a host numpy array when it is a torch tensor on any device (numpy cannot read
+    a CUDA tensor directly); anything else is returned as it is."""
+    if _is_torch(x):
+        if x.is_complex():
+            raise InputError(f"expected real numbers, got a {x.dtype} tensor")
+        return x.detach().cpu().numpy()
+    return x
+
+
+def same_backend(a, b, names=("a", "b")):
+    """``(a, b)`` on one backend. A numpy float array paired with a torch tensor becomes a
+    tensor of that tensor's dtype and device (one host-to-device copy); two tensors on
+    different devices, or an exact ``Fraction`` array paired with a tensor, raise InputError."""
+    ta, tb = _is_torch(a), _is_torch(b)
+    if ta and tb:
+        if a.device != b.device:
+            raise InputError(f"{names[0]} is on {a.device} and {names[1]} on {b.device}: "
+                             "put both on one device")
+        return a, b
+    if not (ta or tb):
+        return a, b
+    import torch
+
+    tensor, other, other_name = (a, b, names[1]) if ta else (b, a, names[0])
+    if _is_exact(other):
+        raise InputError(f"{other_name} holds exact Fractions but the other input is a torch "
+                         "tensor: pass both as Fraction arrays or both as float arrays")
+    other = torch.as_tensor(np.asarray(other, dtype=np.float64), dtype=tensor.dtype,
+                            device=tensor.device)
+    return (tensor, other) if ta else (other, tensor)
+
+
 def as_real_array(x, name: str) -> np.ndarray:
     """``x`` as float64, refusing what would convert silently but wrongly: complex numbers
-    (numpy would drop the imaginary part), strings and bytes (numpy would parse them)."""
+    (numpy would drop the imaginary part), strings and bytes (numpy would parse them).
+    A torch tensor (any device) is copied to the host."""
+    if _is_torch(x) and x.is_complex():
+        raise InputError(f"{name} must hold real numbers, got {x.dtype}")
     try:
-        raw = np.asarray(x)  # an ndarray is returned as it is
+        raw = np.asarray(host(x))  # an ndarray is returned as it is
     except (TypeError, ValueError) as exc:
         raise InputError(f"{name} is not a numeric array: {exc}") from None
     if raw.dtype.kind == "O" and all(isinstance(v, numbers.Real) for v in raw.reshape(-1)):
@@ -106,8 +142,13 @@ def as_real_array(x, name: str) -> np.ndarray:
 
 
 def as_calibration(x, name: str = "calibration_probs", n_target: int | None = None):
-    """Calibration next-token distributions as a (S, N_T) float64 array with S >= 1."""
+    """Calibration next-token distributions as a (S, N_T) float64 numpy array with S >= 1.
+
+    Kernels are built once, on the host, from their calibration rows: a torch tensor (on any
+    device) is validated, then copied to the host."""
     cal = as_prob_array(x, name)
+    if _is_torch(cal):
+        cal = host(cal).astype(np.float64)
     if cal.ndim != 2 or cal.shape[0] == 0:
         raise InputError(f"{name} must be (S, N_T) with S >= 1 calibration rows, got shape "
                          f"{cal.shape}")
@@ -145,7 +186,7 @@ def _check_torch_probs(x, name, allow_sub_stochastic, atol):
 
 def as_draft_to_target(x, n_target: int, name: str = "draft_to_target") -> np.ndarray:
     """Return the drafter->target id map as int64, or raise InputError."""
-    arr = np.asarray(x)
+    arr = np.asarray(host(x))
     if arr.ndim != 1 or arr.shape[0] == 0:
         raise InputError(f"{name} must be a non-empty 1-D integer array, got shape {arr.shape}")
     if arr.dtype.kind == "f":
@@ -176,7 +217,7 @@ def as_draft_to_target(x, n_target: int, name: str = "draft_to_target") -> np.nd
 
 def check_row_stochastic(row_sums, name: str = "kernel", atol: float = KERNEL_ATOL) -> None:
     """Raise InputError unless every row sum equals 1 (exactly for Fractions)."""
-    sums = np.asarray(row_sums)
+    sums = np.asarray(host(row_sums))
     if sums.dtype == object:
         bad = np.array([s != 1 for s in sums.reshape(-1)])
     else:
@@ -190,7 +231,7 @@ def check_row_stochastic(row_sums, name: str = "kernel", atol: float = KERNEL_AT
 
 
 def check_nonnegative(values, name: str) -> None:
-    arr = np.asarray(values)
+    arr = np.asarray(host(values))
     if arr.dtype == object:
         neg = [v for v in arr.reshape(-1) if v < 0]
         if neg:

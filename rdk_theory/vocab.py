@@ -21,7 +21,7 @@ from typing import Sequence
 import numpy as np
 
 from .tokens import canonical_tokens, detect_space_marker
-from .validation import InputError, as_draft_to_target
+from .validation import InputError, as_draft_to_target, as_real_array, host
 
 @dataclass(frozen=True)
 class VocabMap:
@@ -73,6 +73,32 @@ class VocabMap:
         identity = keep.size == self.n_target and bool(np.all(dst == np.arange(self.n_target)))
         return keep, dst, identity
 
+    @cached_property
+    def _device_indices(self) -> dict:
+        return {}
+
+    def on_device(self, name: str, device):
+        """The index array ``name`` (``"keep"`` or ``"dst"`` of :attr:`scatter_plan`, or
+        ``"intersection"``) as an int64 torch tensor on ``device``, copied there once per
+        device: a decode loop on CUDA then makes no host-to-device copy per call."""
+        key = (name, str(device))
+        if key not in self._device_indices:
+            import torch
+
+            arrays = {"keep": self.scatter_plan[0], "dst": self.scatter_plan[1],
+                      "intersection": self.intersection}
+            self._device_indices[key] = torch.as_tensor(arrays[name], dtype=torch.int64,
+                                                        device=device)
+        return self._device_indices[key]
+
+    def scatter_plan_for(self, values):
+        """:attr:`scatter_plan`, with its index arrays on the device of ``values`` when that
+        is a torch tensor."""
+        keep, dst, identity = self.scatter_plan
+        if type(values).__module__.startswith("torch") and not identity:
+            keep, dst = self.on_device("keep", values.device), self.on_device("dst", values.device)
+        return keep, dst, identity
+
     @property
     def is_pruned(self) -> bool:
         """True when every drafter token exists in the target (a pruned drafter)."""
@@ -86,7 +112,7 @@ class VocabMap:
     @classmethod
     def from_kept_ids(cls, kept_ids: Sequence[int], n_target: int) -> "VocabMap":
         """A pruned drafter whose token ``j`` is target token ``kept_ids[j]``."""
-        kept = np.asarray(kept_ids)
+        kept = np.asarray(host(kept_ids))
         if kept.ndim != 1 or kept.size == 0:
             raise InputError(f"kept_ids must be a non-empty 1-D list of ids, got shape {kept.shape}")
         if np.any(kept < 0):
@@ -149,8 +175,9 @@ class VocabMap:
         return cls(len(target_tokens), mapped)
 
 
-def pruned_draft_probs(draft_probs_full, vocab_map: VocabMap) -> np.ndarray:
-    """The pruned drafter's law ``q[kept] / q(kept)``, (..., K) float64, from the full drafter's.
+def pruned_draft_probs(draft_probs_full, vocab_map: VocabMap):
+    """The pruned drafter's law ``q[kept] / q(kept)``, (..., K), from the full drafter's:
+    float64 numpy, or a torch tensor of the input's dtype on its device.
 
     A drafter whose LM head is cut to the kept ids has the softmax of the kept logits, which is
     exactly this renormalised restriction; so one pass of the full drafter serves every K.
@@ -158,7 +185,10 @@ def pruned_draft_probs(draft_probs_full, vocab_map: VocabMap) -> np.ndarray:
     """
     if not vocab_map.is_pruned:
         raise InputError("pruned_draft_probs needs a pruned map (every drafter id in the target)")
-    q = np.asarray(draft_probs_full, dtype=np.float64)[..., vocab_map.draft_to_target]
+    if type(draft_probs_full).__module__.startswith("torch"):  # stays on its device
+        q = draft_probs_full.index_select(-1, vocab_map.on_device("dst", draft_probs_full.device))
+        return q / q.sum(-1, keepdim=True)
+    q = as_real_array(draft_probs_full, "draft_probs_full")[..., vocab_map.draft_to_target]
     return q / q.sum(axis=-1, keepdims=True)
 
 
@@ -169,7 +199,7 @@ def keep_most_frequent(token_counts, k: int) -> np.ndarray:
       token_counts: (N,) non-negative counts (e.g. unigram counts on a calibration corpus).
       k: how many ids to keep, ``1 <= k <= N``.
     """
-    counts = np.asarray(token_counts, dtype=np.float64)
+    counts = as_real_array(token_counts, "token_counts")
     if counts.ndim != 1 or counts.size == 0:
         raise InputError(f"token_counts must be a non-empty 1-D vector, got shape {counts.shape}")
     if np.any(counts < 0) or not np.all(np.isfinite(counts)):

@@ -25,6 +25,22 @@ def pytest_configure(config):
     config.addinivalue_line("markers", "mc: a Monte Carlo test (counted against tests.stats budget)")
 
 
+def pytest_collection_modifyitems(config, items):
+    """A test marked ``gpu`` is skipped, with the reason, where torch sees no CUDA device."""
+    marked = [item for item in items if item.get_closest_marker("gpu")]
+    if not marked:
+        return
+    try:
+        import torch
+
+        has_cuda = torch.cuda.is_available()
+    except ImportError:
+        has_cuda = False
+    if not has_cuda:
+        for item in marked:
+            item.add_marker(pytest.mark.skip(reason="needs a CUDA device"))
+
+
 def pytest_sessionfinish(session, exitstatus):
     """Fail the run if the Monte Carlo assertions exceed the budget stated in tests/stats.py."""
     try:

@@ -101,6 +101,20 @@ def test_cli_rejects_bad_run_options(capsys):
     assert "--timing-sizes" in capsys.readouterr().err
 
 
+def test_cuda_without_a_gpu_is_a_one_line_error_for_both_studies(capsys):
+    """``--device cuda`` where torch sees no GPU: exit 2 and an ``error:`` line, before any
+    model or tokenizer is touched (the heterogeneous study used to fail later, with a traceback)."""
+    torch = pytest.importorskip("torch")
+    if torch.cuda.is_available():
+        pytest.skip("a CUDA device is present")
+    from rdk_theory.cli import main
+
+    for extra in ([], ["--hetero"]):
+        assert main(["validate", "--device", "cuda", *extra]) == 2
+        err = capsys.readouterr().err
+        assert err.startswith("error: --device cuda") and "Traceback" not in err
+
+
 def test_kept_sizes_set_the_end_to_end_sizes():
     import argparse
 

@@ -41,3 +41,16 @@ def test_sweep_reports_every_cell_ratio_and_slope():
         assert (r["dense_exact_s"] is None) == (r["n"] > 512)
     assert set(out["slopes"]) == {f"{k}@batch{b}" for k in ("first_order", "dense_exact", "floor")
                                   for b in (1, 2)}
+
+
+@pytest.mark.gpu
+def test_sweep_on_cuda_reports_every_cell():
+    """On a GPU (skipped without one, by the ``gpu`` marker): the CUDA sweep times torch
+    tensors on the device and reports a positive ratio for every cell."""
+    import torch
+
+    assert torch.cuda.is_available()
+    out = timing.sweep(device="cuda", sizes=(4096, 8192), batches=(1, 4), dense_max=4096, repeats=2)
+    assert [(r["n"], r["batch"]) for r in out["rows"]] == [(n, b) for n in (4096, 8192) for b in (1, 4)]
+    for r in out["rows"]:
+        assert r["floor_s"] > 0 and r["first_order_ratio_to_floor"] > 0

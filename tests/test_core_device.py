@@ -1,0 +1,203 @@
+"""Torch input on a device numpy cannot read (CUDA), checked without a GPU.
+
+No GPU is available to CI, so the CUDA-only failure that matters most, numpy reading a device
+tensor (``np.asarray(t)``, ``t.numpy()``: both raise for a CUDA tensor), is reproduced on the CPU
+by the ``device_tensors`` fixture: while it is active, a tensor converts to numpy only after an
+explicit ``.cpu()``, exactly as a CUDA tensor does. Every public entry point that takes tensors
+is run under it and compared with the numpy reference. Device placement itself (a tensor made on
+the wrong device) cannot be reproduced this way; ``tests/test_core_torch.py`` covers it on CUDA
+when a GPU is present.
+"""
+from __future__ import annotations
+
+import types
+from fractions import Fraction
+
+import numpy as np
+import pytest
+
+import rdk_theory as rt
+from rdk_theory import sampling
+from rdk_theory.validation import same_backend
+from tests.tolerances import TORCH_FLOAT64_ATOL, assert_close
+
+torch = pytest.importorskip("torch")
+
+
+@pytest.fixture
+def device_tensors(monkeypatch):
+    """Tensors behave like CUDA tensors towards numpy: ``.numpy()`` and ``np.asarray`` raise
+    unless the tensor came out of ``.cpu()``."""
+    cpu, to_numpy, to_array = torch.Tensor.cpu, torch.Tensor.numpy, torch.Tensor.__array__
+
+    def host_copy(self, *args, **kwargs):
+        out = cpu(self, *args, **kwargs).clone()
+        out._on_host = True
+        return out
+
+    def guarded(convert):
+        def method(self, *args, **kwargs):
+            if not getattr(self, "_on_host", False):
+                raise TypeError("can't convert cuda:0 device type tensor to numpy "
+                                "(simulated): use Tensor.cpu() to copy it to host memory first")
+            return convert(self, *args, **kwargs)
+        return method
+
+    monkeypatch.setattr(torch.Tensor, "cpu", host_copy)
+    monkeypatch.setattr(torch.Tensor, "numpy", guarded(to_numpy))
+    monkeypatch.setattr(torch.Tensor, "__array__", guarded(to_array))
+
+
+def _t(a):
+    return torch.as_tensor(np.asarray(a), dtype=torch.float64) if np.asarray(a).dtype.kind == "f" \
+        else torch.as_tensor(np.asarray(a))
+
+
+def _case(seed=3, n=120, kept=40, c=6, s=20):
+    rng = np.random.default_rng(seed)
+    cal = rng.dirichlet(np.full(n, 0.3), size=s)
+    p = rng.dirichlet(np.full(n, 0.3), size=c)
+    ids = np.sort(rng.choice(n, kept, replace=False))
+    q = rng.dirichlet(np.full(kept, 0.3), size=c)
+    return cal, p, q, rt.VocabMap.from_kept_ids(ids, n)
+
+
+def _host(x):
+    return x.cpu().numpy() if isinstance(x, torch.Tensor) else np.asarray(x)
+
+
+def test_the_simulation_is_not_vacuous(device_tensors):
+    t = torch.ones(3, dtype=torch.float64)
+    with pytest.raises(TypeError, match="cuda"):
+        np.asarray(t)
+    with pytest.raises(TypeError, match="cuda"):
+        t.numpy()
+    with pytest.raises(TypeError, match="cuda"):
+        np.minimum(np.ones(3), t)
+    assert t.detach().cpu().numpy().tolist() == [1.0, 1.0, 1.0]
+
+
+def test_kernels_build_from_device_tensors(device_tensors):
+    """Every kernel constructor takes its calibration rows, weights, matrix, factor,
+    embeddings or affinity as a device tensor and builds the same kernel as from numpy."""
+    cal, p, q, vm = _case()
+    n = vm.n_target
+    qp = rt.tli_proposal(q, vm)
+    fo_ref = rt.FirstOrderCovarianceKernel(cal, 0.01, engine="numpy")
+    emb = np.random.default_rng(0).normal(size=(n, 8))
+    pairs = {
+        "first_order": (rt.FirstOrderCovarianceKernel(_t(cal), 0.01, engine="numpy"), fo_ref),
+        "first_order rank 2": (rt.FirstOrderCovarianceKernel(_t(cal), 0.01, rank=2, engine="numpy"),
+                               rt.FirstOrderCovarianceKernel(cal, 0.01, rank=2, engine="numpy")),
+        "first_order float32": (
+            rt.FirstOrderCovarianceKernel(_t(cal), 0.01, factor_dtype="float32", engine="numpy"),
+            rt.FirstOrderCovarianceKernel(cal, 0.01, factor_dtype="float32", engine="numpy")),
+        "from_factor": (rt.FirstOrderCovarianceKernel.from_factor(_t(fo_ref.factor), 0.01,
+                                                                  engine="numpy"), fo_ref),
+        "marginal": (rt.MarginalKernel.from_calibration(_t(cal), vm),
+                     rt.MarginalKernel.from_calibration(cal, vm)),
+        "marginal w": (rt.MarginalKernel(_t(cal[0]), 0.3), rt.MarginalKernel(cal[0], 0.3)),
+        "covariance": (rt.covariance_softmax_kernel(_t(cal), 0.01),
+                       rt.covariance_softmax_kernel(cal, 0.01)),
+        "covariance blockwise": (rt.CovarianceSoftmaxKernel(_t(cal), 0.01),
+                                 rt.CovarianceSoftmaxKernel(cal, 0.01)),
+        "dense": (rt.DenseKernel(_t(np.full((n, n), 1.0 / n))), rt.DenseKernel(np.full((n, n), 1.0 / n))),
+        "sparse covariance": (rt.sparse_topk_kernel(rt.covariance_affinity(_t(cal)), 5, 0.01, n=n),
+                              rt.sparse_topk_kernel(rt.covariance_affinity(cal), 5, 0.01, n=n)),
+        "sparse cosine": (rt.sparse_topk_kernel(rt.cosine_affinity(_t(emb)), 5, 0.5, n=n),
+                          rt.sparse_topk_kernel(rt.cosine_affinity(emb), 5, 0.5, n=n)),
+        "sparse dense affinity": (rt.sparse_topk_kernel(_t(emb @ emb.T), 5, 0.5),
+                                  rt.sparse_topk_kernel(emb @ emb.T, 5, 0.5)),
+    }
+    for name, (from_tensor, from_numpy) in pairs.items():
+        assert_close(_host(from_tensor.transport(qp)), from_numpy.transport(qp),
+                     atol=TORCH_FLOAT64_ATOL, err_msg=name)
+        assert_close(_host(from_tensor.transport(_t(qp))), from_numpy.transport(qp),
+                     atol=TORCH_FLOAT64_ATOL, err_msg=f"{name}, tensor input")
+
+
+def test_vocab_builders_take_device_tensors(device_tensors):
+    cal, p, q_full, _ = _case(kept=120)
+    counts = np.random.default_rng(1).integers(0, 50, size=120)
+    ids = rt.keep_most_frequent(_t(counts), 30)
+    assert ids.tolist() == rt.keep_most_frequent(counts, 30).tolist()
+    vm = rt.VocabMap.from_kept_ids(_t(ids), 120)
+    assert vm.draft_to_target.tolist() == ids.tolist()
+    assert rt.VocabMap(120, _t(ids)).draft_to_target.tolist() == ids.tolist()
+    got = rt.pruned_draft_probs(_t(q_full), vm)
+    assert isinstance(got, torch.Tensor)
+    assert_close(_host(got), rt.pruned_draft_probs(q_full, vm), atol=TORCH_FLOAT64_ATOL)
+
+
+def test_mixed_numpy_and_tensor_inputs_compute_on_the_tensors_device(device_tensors):
+    """One argument a numpy array, the other a device tensor: the result is a tensor and
+    equals the all-numpy result."""
+    cal, p, q, vm = _case()
+    qp = rt.tli_proposal(q, vm)
+    fo = rt.FirstOrderCovarianceKernel(cal, 0.01)
+    r = fo.transport(qp)
+    for got in (rt.acceptance_rate(p, _t(r)), rt.acceptance_rate(_t(p), r)):
+        assert isinstance(got, torch.Tensor)
+        assert_close(_host(got), rt.acceptance_rate(p, r), atol=TORCH_FLOAT64_ATOL)
+    assert_close(_host(rt.residual(_t(p), r)), rt.residual(p, r), atol=TORCH_FLOAT64_ATOL)
+    assert_close(_host(rt.total_variation(p, _t(r))), rt.total_variation(p, r),
+                 atol=TORCH_FLOAT64_ATOL)
+    out, alpha = fo.transport_with_acceptance(_t(qp), p)
+    assert_close(_host(out), r, atol=TORCH_FLOAT64_ATOL)
+    assert_close(_host(alpha), rt.acceptance_rate(p, r), atol=TORCH_FLOAT64_ATOL)
+    out, alpha = fo.transport_with_acceptance(qp, _t(p))
+    assert_close(_host(alpha), rt.acceptance_rate(p, r), atol=TORCH_FLOAT64_ATOL)
+
+
+def test_samplers_take_device_tensors(device_tensors):
+    """The step functions read device tensors; the emitted law is checked exactly on a
+    point mass (every step must emit the one token of p)."""
+    n = 50
+    p = np.zeros(n)
+    p[7] = 1.0
+    r = np.full(n, 1.0 / n)
+    gen = torch.Generator().manual_seed(0)
+    tokens, accepted = rt.sample_steps(_t(p), _t(r), 500, gen)
+    assert rt.emitted_counts(tokens, n)[7] == 500
+    tokens, _ = rt.sample_steps(p, _t(r), 100, gen)  # mixed input
+    assert isinstance(tokens, torch.Tensor) and rt.emitted_counts(tokens, n)[7] == 100
+    rng = np.random.default_rng(0)
+    assert rt.verify_draft(_t(p), _t(r), 3, rng)[0] == 7
+    assert rt.draw(_t(p), rng) == 7
+    assert sampling.InverseCdf(_t(p))(np.array([0.0, 0.5, 0.999]))[0] == 7
+
+
+def test_generator_on_another_device_is_refused():
+    p = torch.full((4,), 0.25, dtype=torch.float64)
+    cuda_generator = types.SimpleNamespace(device=torch.device("cuda"))
+    with pytest.raises(rt.InputError, match=r"Generator is on cuda.*tensors are on cpu"):
+        rt.sample_steps(p, p, 10, cuda_generator)
+
+
+def test_inputs_on_two_devices_or_exact_with_tensor_are_refused():
+    a = torch.zeros(2)
+    with pytest.raises(rt.InputError, match="on cpu and b on meta"):
+        same_backend(a, torch.zeros(2, device="meta"))
+    exact = np.array([Fraction(1, 2), Fraction(1, 2)], dtype=object)
+    with pytest.raises(rt.InputError, match="exact Fractions"):
+        rt.acceptance_rate(exact, torch.tensor([0.5, 0.5], dtype=torch.float64))
+
+
+def test_a_zero_weight_is_never_drawn_even_if_cumsum_rounds_like_a_parallel_scan(monkeypatch):
+    """A CUDA cumsum groups additions differently per prefix, so the prefix sum at a zero
+    weight may exceed its neighbour's. Simulated here by a cumsum that inflates every prefix
+    after the first by a relative 1e-9: the sampler must still never return the zero-weight
+    index (it searches the positive weights only)."""
+    cumsum = torch.cumsum
+
+    def scan_like(x, dim, **kwargs):
+        out = cumsum(x, dim, **kwargs)
+        out[1:] *= 1 + 1e-9
+        return out
+
+    monkeypatch.setattr(torch, "cumsum", scan_like)
+    weights = torch.tensor([0.5, 0.0, 0.5], dtype=torch.float64)
+    assert scan_like(weights, 0)[1] > scan_like(weights, 0)[0]  # the rounding is in effect
+    u = torch.linspace(0.5 - 1e-8, 0.5 + 1e-8, 2001, dtype=torch.float64)
+    drawn = sampling._inverse_cdf_torch(weights, u)
+    assert set(drawn.tolist()) == {0, 2}
