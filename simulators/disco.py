@@ -142,7 +142,7 @@ def trace_replay(alphas, c: float, policy, rng, n_runs: int = 1) -> np.ndarray:
 
 def run_policy(target, proposal_fn, n_tokens: int, c: float, rng, *, policy="static", gamma: int = 4,
                threshold: float = 0.4, gamma_max: int = 16, charge_mismatch: bool = False,
-               prefix=(), window: int = 8) -> dict:
+               prefix=(), window: int = 8, keep_tokens: bool = False) -> dict:
     """Real speculative sampling on toy LMs under a speculation-length policy.
 
     Parameters:
@@ -152,6 +152,8 @@ def run_policy(target, proposal_fn, n_tokens: int, c: float, rng, *, policy="sta
         ``gamma_max``).
       window: contexts are cut to the last ``window`` target tokens (exact for Markov targets
         of order <= window; a re-tokenizing drafter re-tokenizes that window).
+      keep_tokens: also return ``"emitted"`` (the target ids, in order) and ``"per_call"``
+        (tokens emitted by each target call), e.g. to test the output law.
     Returns ``{"tokens", "time", "iterations", "drafts", "time_per_token", "tokens_per_call"}``.
     """
     if policy not in ("static", "oracle", "threshold"):
@@ -159,6 +161,7 @@ def run_policy(target, proposal_fn, n_tokens: int, c: float, rng, *, policy="sta
     ctx = tuple(prefix)[-window:]
     emitted = iters = drafts = 0
     time = 0.0
+    out_tokens, per_call = [], []
     cap = int(gamma) if policy == "static" else int(gamma_max)
     law = _LawCache(target, proposal_fn)
     while emitted < n_tokens:
@@ -181,12 +184,17 @@ def run_policy(target, proposal_fn, n_tokens: int, c: float, rng, *, policy="sta
             e = law.get(ctx)
             if x >= 0 and rng.random() * e.r[x] < e.p[x]:
                 ctx, emitted, accepted = (ctx + (x,))[-window:], emitted + 1, accepted + 1
+                if keep_tokens:
+                    out_tokens.append(x)
                 continue
             y = e.draw_residual(rng)
             break
         if y is None:  # every draft accepted: the target's bonus token
             y = law.get(ctx).draw_target(rng)
         ctx, emitted = (ctx + (y,))[-window:], emitted + 1
+        if keep_tokens:
+            out_tokens.append(y)
+            per_call.append(accepted + 1)
         if policy == "static":
             g = cap
         elif policy == "threshold":
@@ -195,8 +203,11 @@ def run_policy(target, proposal_fn, n_tokens: int, c: float, rng, *, policy="sta
             g = accepted + (1 if charge_mismatch and accepted < len(proposed) else 0)
         drafts += g
         time += g * c + 1
-    return {"tokens": emitted, "time": time, "iterations": iters, "drafts": drafts,
-            "time_per_token": time / emitted, "tokens_per_call": emitted / iters}
+    out = {"tokens": emitted, "time": time, "iterations": iters, "drafts": drafts,
+           "time_per_token": time / emitted, "tokens_per_call": emitted / iters}
+    if keep_tokens:
+        out["emitted"], out["per_call"] = np.array(out_tokens, dtype=np.int64), np.array(per_call)
+    return out
 
 
 class _Entry:

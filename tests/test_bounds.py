@@ -130,3 +130,9 @@ def test_block_efficiency_refuses_acceptances_outside_the_unit_interval():
             assert "[0, 1]" in str(exc)
         else:
             raise AssertionError(f"accepted {bad}")
+
+
+def test_tv_upper_bound_normalises_a_sub_stochastic_proposal():
+    """r = (1/2, 0) normalises to (1, 0): 1 - TV(p, (1, 0)) = 1/2. Without the normalisation
+    the value would be 1 - TV(p, r) = 3/4, still an upper bound on alpha = 1/2 but not this one."""
+    assert list(tv_upper_bound(np.array([[0.5, 0.5]]), np.array([[0.5, 0.0]]))) == [0.5]

@@ -8,7 +8,7 @@ from simulators import disco
 from simulators.block import z_pvalue
 from simulators.sequence import make_proposal_fn
 from simulators.toy_lm import toy_pair
-from tests.stats import assert_pvalue
+from tests.stats import assert_matches_law, assert_pvalue
 from tests.tolerances import assert_close, assert_leq
 
 
@@ -69,3 +69,67 @@ def test_oracle_gain_on_toy_lm_is_positive():
                  for g in (3, 4, 5))
     oracle = disco.run_policy(tgt, fn, 3000, 0.1, rng, policy="oracle")["time_per_token"]
     assert oracle < 0.8 * static, oracle / static
+
+
+class _Unigram:
+    """An order-0 target: the same next-token law after every context."""
+
+    def __init__(self, probs):
+        self.probs = np.asarray(probs, dtype=np.float64)
+
+    def next_probs(self, ctx):
+        return self.probs
+
+
+#: target p and a sub-stochastic proposal r (a fifth of the drafter's mass is on a token the
+#: target lacks): per-position acceptance alpha = min(.5, .7) + min(.3, .1) + 0 = 0.6.
+_P, _R, _ALPHA = (0.5, 0.3, 0.2), (0.7, 0.1, 0.0), 0.6
+
+
+@pytest.mark.mc
+def test_run_policy_emits_the_target_law_and_the_closed_form_tokens_per_call():
+    """Static gamma = 3 on a unigram target, n = 30000 tokens (about 13800 target calls):
+    chi-square of the emitted tokens against p, and a z-test of the mean tokens per call
+    against (1 - alpha^4) / (1 - alpha) = 2.176 (calls are i.i.d. for a unigram target), each
+    at the per-test false-alarm rate."""
+    out = disco.run_policy(_Unigram(_P), lambda ctx: np.array(_R), 30_000, 0.1,
+                           np.random.default_rng(11), policy="static", gamma=3, keep_tokens=True)
+    assert out["emitted"].size == out["tokens"] == out["per_call"].sum()
+    assert out["per_call"].size == out["iterations"]
+    assert_matches_law(np.bincount(out["emitted"], minlength=3), np.array(_P), "DISCO static output vs p")
+    assert_pvalue(z_pvalue(out["per_call"], (1 - _ALPHA ** 4) / (1 - _ALPHA)), "DISCO tokens per call")
+
+
+def test_entry_drafts_verifies_and_resamples_from_the_same_proposal():
+    """The per-context sampler: a draft is r's inverse CDF over its own mass (the rest is a
+    token the target lacks, -1); the residual is (p - r)+ normalised."""
+    e = disco._Entry(np.array([0.5, 0.5]), np.array([0.25, 0.25]))
+    assert [e.draft(u) for u in (0.1, 0.3, 0.6)] == [0, 1, -1]
+    e = disco._Entry(np.array([0.5, 0.5]), np.array([1.0, 0.0]))
+    rng = np.random.default_rng(0)
+    assert {e.draw_residual(rng) for _ in range(50)} == {1}  # (p - r)+ = (0, 1/2)
+
+
+def test_drafting_costs_of_the_policies():
+    """Exact draft counts: the threshold policy tests the proposal probability of the drafted
+    token (r = 1 there, so it never stops before gamma_max); static pays gamma even when
+    drafting stopped early at a token the target lacks."""
+    target = _Unigram([0.5, 0.5])
+    out = disco.run_policy(target, lambda ctx: np.array([1.0, 0.0]), 2000, 0.1,
+                           np.random.default_rng(0), policy="threshold", threshold=0.9, gamma_max=3)
+    assert out["drafts"] == 3 * out["iterations"]
+    out = disco.run_policy(target, lambda ctx: np.array([0.5, 0.0]), 2000, 0.1,
+                           np.random.default_rng(0), policy="static", gamma=3)
+    assert out["drafts"] == 3 * out["iterations"]
+    assert_close(out["time"], out["iterations"] * (3 * 0.1 + 1), rtol=1e-12, atol=0)
+
+
+def test_all_accepted_traces_are_exact_at_the_end():
+    """With every draft accepted the oracle drafts the whole rest of the trace in one call:
+    time (n - 1) c + 1, with no mismatch to pay; the replay gives the same."""
+    assert_close(disco.trace_time_oracle(np.ones(3), 0.1, charge_mismatch=True), 1.2, rtol=1e-15)
+    assert_close(disco.trace_time_oracle(np.ones(5), 0.1), 1.4, rtol=1e-15)
+    rng = np.random.default_rng(0)
+    assert_close(disco.trace_replay(np.ones(5), 0.1, "oracle", rng)[0], 1.4, rtol=1e-15)
+    assert_close(disco.trace_replay(np.ones(5), 0.1, 2, rng)[0],
+                 disco.trace_time_static(np.ones(5), 2, 0.1), rtol=1e-15)

@@ -30,9 +30,23 @@ def test_schedule_closed_form_matches_recursion(c, k, servers):
 
 
 def test_k1_with_enough_servers_has_the_closed_form():
-    for c in (0.05, 0.2, 0.5, 1.0):
+    # 0.3 and 0.45: 1/c is not an integer, so servers_needed must round up (ceil(3.33) = 4)
+    for c in (0.05, 0.2, 0.3, 0.45, 0.5, 1.0):
+        assert dsi.servers_needed(c, 1) == math.ceil(1 / c - 1e-12)
         for a in (0.0, 0.5, 0.9):
             assert_close(dsi.dsi_cost(c, a, 1, dsi.servers_needed(c, 1)), c + (1 - c) * (1 - a))
+    assert [dsi.servers_needed(0.3, k) for k in (1, 2, 3, 4)] == [4, 2, 2, 1]
+
+
+def test_best_lookahead_keeps_k_c_at_most_one():
+    """The model is valid only for k c <= 1 (a lookahead finishes before the target call it
+    waits for); with one server an unconstrained search would pick k = 3 at c = 0.4."""
+    assert dsi.dsi_best(0.4, 0.9, 1)[0] == 2
+    for c in C_GRID:
+        for a in A_GRID:
+            for servers in (1, 3):
+                k, cost = dsi.dsi_best(c, a, servers)
+                assert k * c <= 1 + 1e-12 and cost == dsi.dsi_cost(c, a, k, servers)
 
 
 def test_si_cost_known_value_and_si_can_be_slower_than_non_si():

@@ -14,6 +14,7 @@ from rdk_theory.case import default_tau
 from rdk_theory.first_order import FirstOrderCovarianceKernel
 from rdk_theory.kernels import DenseKernel, IdentityKernel, MarginalKernel, covariance_softmax_kernel
 from rdk_theory.proposals import SAMPLERS
+from rdk_theory.vocab import VocabMap
 from simulators.block import expected_tokens, simulate_blocks, z_pvalue
 from simulators.sequence import (
     block_law,
@@ -158,3 +159,20 @@ def test_monte_carlo_blocks_match_exact_law():
                        "tokens per call vs exact law")
     assert_pvalue(z_pvalue(lengths, float(sum(L * w for L, w in zip(range(1, 5), length_probs)))),
                   "mean tokens per call")
+
+
+def test_rationalised_proposal_keeps_the_mass_of_target_id_zero():
+    """The only drafter token in the target maps to target id 0: the rationalised proposal
+    must keep q(I) > 0 (a mass test on ids > 0 would zero it and give E[tokens] = 1). Its
+    exact E[tokens per call] matches the float64 block law within rationalising round-off
+    (entries rounded to denominators <= 2^20: far below 1e-6 here; the bug gives a gap > 0.1)."""
+    rng = np.random.default_rng(1)
+    target = random_markov_lm(rng, 3, order=0, zero_prob=0.0)
+    drafter = random_markov_lm(rng, 2, order=0, zero_prob=0.0)
+    vm = VocabMap(3, np.array([0, -1]))
+    kern = covariance_softmax_kernel(np.array([[0.6, 0.3, 0.1], [0.2, 0.3, 0.5]]), 0.1)
+    exact = block_law(target, make_proposal_fn(drafter, vm, "rdk_exact", kernel=kern), 2)
+    approx = block_law(target.float_copy(),
+                       make_proposal_fn(drafter.float_copy(), vm, "rdk_exact", kernel=kern, exact=False), 2)
+    assert exact.expected_tokens > 1
+    assert abs(float(exact.expected_tokens) - approx.expected_tokens) < 1e-6

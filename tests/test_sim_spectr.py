@@ -72,3 +72,31 @@ def test_kseq_sampler_matches_exact_law_and_acceptance():
     assert_matches_law(np.bincount(toks, minlength=4), pf, "K-SEQ output vs p")
     assert_pvalue(binomial_pvalue(int(ok.sum()), ok.size, float(kseq_acceptance(pf, qf, rho, 3))),
                   "K-SEQ acceptance")
+
+
+@pytest.mark.mc
+def test_kseq_sampler_with_sub_stochastic_drafts():
+    """q with a third of its mass off-vocabulary (a draft the target lacks, never accepted):
+    n = 50000 steps, k = 2. No emitted token is -1 (deterministic: it would be a bug on every
+    run), chi-square of the tokens against p and the binomial acceptance test, each at the
+    per-test false-alarm rate."""
+    p = np.array([Fraction(1, 2), Fraction(1, 3), Fraction(1, 6)], dtype=object)
+    q = np.array([Fraction(1, 3), Fraction(1, 3), Fraction(0)], dtype=object)
+    pf, qf = p.astype(float), q.astype(float)
+    rho = float(rational_best_rho(p, q, 2))
+    toks, ok = kseq_sample(pf, qf, rho, 2, 50_000, np.random.default_rng(5))
+    assert toks.min() >= 0
+    assert_matches_law(np.bincount(toks, minlength=3), pf, "K-SEQ output vs p, sub-stochastic q")
+    assert_pvalue(binomial_pvalue(int(ok.sum()), ok.size, float(kseq_acceptance(pf, qf, rho, 2))),
+                  "K-SEQ acceptance, sub-stochastic q")
+
+
+def test_lp_ratio_is_kseq_over_the_optimum():
+    """The reported ratio is K-SEQ / LP (at most 1); k = 1 alone would not tell it from its
+    inverse (both are 1 there)."""
+    p = np.array([0.5, 0.25, 0.125, 0.125])
+    rows = compare_with_lp(p, p[::-1].copy(), ks=(1, 2, 3))
+    for row in rows:
+        assert row["ratio"] == row["kseq"] / row["lp_optimum"]
+        assert_leq(row["ratio"], 1.0, slack=LP_ATOL)
+    assert min(row["ratio"] for row in rows) < 1 - 1e-3  # some k where K-SEQ is not optimal
