@@ -180,11 +180,17 @@ class MarginalKernel:
 def calibration_covariance(calibration_probs):
     """Population covariance ``Omega = (1/S) sum_c (p_c - mu)(p_c - mu)^T``, (N_T, N_T).
 
-    Rows of ``Omega`` sum to 0 because each ``p_c`` sums to 1.
+    Rows of ``Omega`` sum to 0 because each ``p_c`` sums to 1. Computed in float64 on the
+    host; a torch input gets a float64 tensor back on its device.
     """
     cal = as_calibration(calibration_probs)
     c = cal - cal.mean(axis=0)
-    return c.T @ c / cal.shape[0]
+    omega = c.T @ c / cal.shape[0]
+    if B.is_torch(calibration_probs):
+        import torch
+
+        return torch.as_tensor(omega, device=calibration_probs.device)
+    return omega
 
 
 def covariance_softmax_kernel(calibration_probs, tau: float) -> DenseKernel:

@@ -105,14 +105,25 @@ def _normalised(p, r):
     return p, (r / total if total > 1 else r)
 
 
+def _check_generator(generator, device) -> None:
+    """torch draws need a ``torch.Generator`` (or None) on the tensors' device type."""
+    import torch
+
+    if generator is None:
+        return
+    if not isinstance(generator, torch.Generator):
+        raise InputError(f"torch tensors need a torch.Generator (or None), got "
+                         f"{type(generator).__name__}")
+    if generator.device.type != torch.device(device).type:
+        raise InputError(f"the torch.Generator is on {generator.device} but the tensors are on "
+                         f"{device}: use torch.Generator(device={str(device)!r})")
+
+
 def _sample_steps_torch(p, r, n, generator):
     import torch
 
     dev = p.device
-    gen_dev = getattr(generator, "device", None)
-    if gen_dev is not None and torch.device(gen_dev).type != dev.type:
-        raise InputError(f"the torch.Generator is on {gen_dev} but the tensors are on {dev}: "
-                         f"use torch.Generator(device={str(dev)!r})")
+    _check_generator(generator, dev)
     p, r = _normalised(p.double(), r.double())
     mass = float(r.sum())
     rand = lambda k: torch.rand(k, generator=generator, device=dev, dtype=torch.float64)  # noqa: E731

@@ -94,14 +94,19 @@ def host(x):
     if _is_torch(x):
         if x.is_complex():
             raise InputError(f"expected real numbers, got a {x.dtype} tensor")
+        if x.is_floating_point():  # float64 on the host (numpy has no bfloat16)
+            import torch
+
+            return x.detach().to("cpu", torch.float64).numpy()
         return x.detach().cpu().numpy()
     return x
 
 
 def same_backend(a, b, names=("a", "b")):
     """``(a, b)`` on one backend. A numpy float array paired with a torch tensor becomes a
-    tensor of that tensor's dtype and device (one host-to-device copy); two tensors on
-    different devices, or an exact ``Fraction`` array paired with a tensor, raise InputError."""
+    float64 tensor on that tensor's device (one host-to-device copy), and the tensor is
+    promoted to float64 as numpy would; two tensors on different devices, or an exact
+    ``Fraction`` array paired with a tensor, raise InputError."""
     ta, tb = _is_torch(a), _is_torch(b)
     if ta and tb:
         if a.device != b.device:
@@ -116,8 +121,8 @@ def same_backend(a, b, names=("a", "b")):
     if _is_exact(other):
         raise InputError(f"{other_name} holds exact Fractions but the other input is a torch "
                          "tensor: pass both as Fraction arrays or both as float arrays")
-    other = torch.as_tensor(np.asarray(other, dtype=np.float64), dtype=tensor.dtype,
-                            device=tensor.device)
+    other = torch.as_tensor(np.asarray(other, dtype=np.float64), device=tensor.device)
+    tensor = tensor.to(torch.float64)  # as numpy promotes float32 (or int) with float64
     return (tensor, other) if ta else (other, tensor)
 
 

@@ -99,6 +99,11 @@ class VocabMap:
             keep, dst = self.on_device("keep", values.device), self.on_device("dst", values.device)
         return keep, dst, identity
 
+    def __getstate__(self):
+        """Pickle the map without its device copies (they may live on a device the reader
+        lacks)."""
+        return {k: v for k, v in self.__dict__.items() if k != "_device_indices"}
+
     @property
     def is_pruned(self) -> bool:
         """True when every drafter token exists in the target (a pruned drafter)."""
@@ -185,10 +190,16 @@ def pruned_draft_probs(draft_probs_full, vocab_map: VocabMap):
     """
     if not vocab_map.is_pruned:
         raise InputError("pruned_draft_probs needs a pruned map (every drafter id in the target)")
-    if type(draft_probs_full).__module__.startswith("torch"):  # stays on its device
-        q = draft_probs_full.index_select(-1, vocab_map.on_device("dst", draft_probs_full.device))
+    is_torch = type(draft_probs_full).__module__.startswith("torch")
+    full = draft_probs_full if is_torch else as_real_array(draft_probs_full, "draft_probs_full")
+    top = int(vocab_map.draft_to_target.max())
+    if full.ndim == 0 or full.shape[-1] <= top:  # checked here: on CUDA a bad index is fatal
+        raise InputError(f"draft_probs_full has shape {tuple(full.shape)}, but the map keeps "
+                         f"id {top}: its last axis must be the full drafter's vocabulary")
+    if is_torch:  # stays on its device
+        q = full.index_select(-1, vocab_map.on_device("dst", full.device))
         return q / q.sum(-1, keepdim=True)
-    q = as_real_array(draft_probs_full, "draft_probs_full")[..., vocab_map.draft_to_target]
+    q = full[..., vocab_map.draft_to_target]
     return q / q.sum(axis=-1, keepdims=True)
 
 

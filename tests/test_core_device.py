@@ -10,7 +10,6 @@ when a GPU is present.
 """
 from __future__ import annotations
 
-import types
 from fractions import Fraction
 
 import numpy as np
@@ -27,12 +26,19 @@ torch = pytest.importorskip("torch")
 @pytest.fixture
 def device_tensors(monkeypatch):
     """Tensors behave like CUDA tensors towards numpy: ``.numpy()`` and ``np.asarray`` raise
-    unless the tensor came out of ``.cpu()``."""
-    cpu, to_numpy, to_array = torch.Tensor.cpu, torch.Tensor.numpy, torch.Tensor.__array__
+    unless the tensor came out of ``.cpu()`` or ``.to("cpu", ...)``."""
+    cpu, to, to_numpy, to_array = torch.Tensor.cpu, torch.Tensor.to, torch.Tensor.numpy, torch.Tensor.__array__
 
     def host_copy(self, *args, **kwargs):
         out = cpu(self, *args, **kwargs).clone()
         out._on_host = True
+        return out
+
+    def moved(self, *args, **kwargs):
+        out = to(self, *args, **kwargs)
+        if "cpu" in [str(a) for a in args] + [str(kwargs.get("device"))]:
+            out = out.clone() if out is self else out
+            out._on_host = True
         return out
 
     def guarded(convert):
@@ -44,6 +50,7 @@ def device_tensors(monkeypatch):
         return method
 
     monkeypatch.setattr(torch.Tensor, "cpu", host_copy)
+    monkeypatch.setattr(torch.Tensor, "to", moved)
     monkeypatch.setattr(torch.Tensor, "numpy", guarded(to_numpy))
     monkeypatch.setattr(torch.Tensor, "__array__", guarded(to_array))
 
@@ -167,11 +174,40 @@ def test_samplers_take_device_tensors(device_tensors):
     assert sampling.InverseCdf(_t(p))(np.array([0.0, 0.5, 0.999]))[0] == 7
 
 
-def test_generator_on_another_device_is_refused():
+def test_generator_on_another_device_or_of_another_kind_is_refused():
     p = torch.full((4,), 0.25, dtype=torch.float64)
-    cuda_generator = types.SimpleNamespace(device=torch.device("cuda"))
-    with pytest.raises(rt.InputError, match=r"Generator is on cuda.*tensors are on cpu"):
-        rt.sample_steps(p, p, 10, cuda_generator)
+    with pytest.raises(rt.InputError, match="need a torch.Generator"):
+        rt.sample_steps(p, p, 10, np.random.default_rng(0))
+    # tensors on CUDA with the default (CPU) generator: the check the step runs first
+    with pytest.raises(rt.InputError, match=r"Generator is on cpu but the tensors are on cuda"):
+        sampling._check_generator(torch.Generator(), torch.device("cuda"))
+    sampling._check_generator(torch.Generator(), torch.device("cpu"))
+    sampling._check_generator(None, torch.device("cuda"))
+
+
+def test_mixed_inputs_promote_to_float64_and_pickles_drop_device_copies():
+    """A float32 or integer tensor paired with float64 numpy computes in float64, as numpy
+    would (casting the numpy side to the tensor's dtype lost precision, or truncated to 0); a
+    pickled map leaves its per-device index tensors behind."""
+    import pickle
+
+    got = rt.acceptance_rate(torch.tensor([0, 1, 0]), np.array([0.2, 0.5, 0.3]))
+    assert got.dtype == torch.float64 and float(got) == 0.5
+    p32 = torch.tensor([1 / 3, 2 / 3], dtype=torch.float32)
+    got = rt.acceptance_rate(p32, np.array([0.1, 0.9]))
+    assert got.dtype == torch.float64 and float(got) == float(p32[1].double()) + 0.1
+    vm = rt.VocabMap.from_kept_ids([0, 2], 3)
+    rt.oov_cap(torch.full((3,), 1 / 3, dtype=torch.float64), vm)
+    assert "_device_indices" in vm.__dict__
+    back = pickle.loads(pickle.dumps(vm))
+    assert "_device_indices" not in back.__dict__ and back.draft_to_target.tolist() == [0, 2]
+
+
+def test_pruned_draft_probs_refuses_a_too_narrow_vocabulary():
+    vm = rt.VocabMap.from_kept_ids([0, 5], 6)
+    for q in (np.full(4, 0.25), torch.full((4,), 0.25)):
+        with pytest.raises(rt.InputError, match="keeps id 5"):
+            rt.pruned_draft_probs(q, vm)
 
 
 def test_inputs_on_two_devices_or_exact_with_tensor_are_refused():
