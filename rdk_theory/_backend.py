@@ -8,6 +8,8 @@ from __future__ import annotations
 
 import numpy as np
 
+from .validation import host
+
 
 def is_torch(x) -> bool:
     return type(x).__module__.startswith("torch") and hasattr(x, "device")
@@ -110,6 +112,6 @@ def softmax(x):
 
 
 def to_numpy(x) -> np.ndarray:
-    if is_torch(x):
-        return x.detach().cpu().numpy()
-    return np.asarray(x)
+    """``x`` as a numpy array; a torch tensor on any device is copied to the host
+    (:func:`rdk_theory.validation.host`: floats as float64)."""
+    return np.asarray(host(x))

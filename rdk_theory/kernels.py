@@ -61,7 +61,7 @@ class DenseKernel:
 
     def __init__(self, matrix, *, check: bool = True, name: str = "kernel"):
         m = matrix if (isinstance(matrix, np.ndarray) and matrix.dtype == object) else \
-            np.asarray(as_real_array(matrix, name), dtype=np.float64)
+            as_real_array(matrix, name)
         if m.ndim != 2 or m.shape[0] != m.shape[1]:
             raise InputError(f"{name} must be a square (N_T, N_T) matrix, got shape {m.shape}")
         if check:
@@ -227,7 +227,7 @@ class CovarianceSoftmaxKernel:
                  show_progress: bool | None = None):
         if not (tau > 0 and np.isfinite(tau)):
             raise InputError(f"tau must be finite and > 0, got {tau}")
-        cal = np.asarray(B.to_numpy(as_calibration(calibration_probs)), dtype=np.float64)
+        cal = as_calibration(calibration_probs)  # float64 numpy, also for tensor input
         self.factor = _centred_factor(cal)
         self.tau = float(tau)
         self.n = int(cal.shape[1])
@@ -252,7 +252,7 @@ class CovarianceSoftmaxKernel:
         if B.is_torch(q_prime):
             import torch
 
-            out = self.transport(B.to_numpy(q_prime).astype(np.float64))
+            out = self.transport(B.to_numpy(q_prime))
             return torch.as_tensor(out, dtype=q_prime.dtype, device=q_prime.device)
         q = np.asarray(q_prime, dtype=np.float64)
         flat = q.reshape(-1, self.n)

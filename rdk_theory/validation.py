@@ -88,12 +88,12 @@ def as_prob_array(x, name: str, *, allow_sub_stochastic: bool = False, atol: flo
     return arr
 
 
-def host(x):
+def host(x, name: str = "input"):
     """``x`` as a host numpy array when it is a torch tensor on any device (numpy cannot read
     a CUDA tensor directly); anything else is returned as it is."""
     if _is_torch(x):
         if x.is_complex():
-            raise InputError(f"expected real numbers, got a {x.dtype} tensor")
+            raise InputError(f"{name} must hold real numbers, got {x.dtype}")
         if x.is_floating_point():  # float64 on the host (numpy has no bfloat16)
             import torch
 
@@ -130,10 +130,8 @@ def as_real_array(x, name: str) -> np.ndarray:
     """``x`` as float64, refusing what would convert silently but wrongly: complex numbers
     (numpy would drop the imaginary part), strings and bytes (numpy would parse them).
     A torch tensor (any device) is copied to the host."""
-    if _is_torch(x) and x.is_complex():
-        raise InputError(f"{name} must hold real numbers, got {x.dtype}")
     try:
-        raw = np.asarray(host(x))  # an ndarray is returned as it is
+        raw = np.asarray(host(x, name))  # an ndarray is returned as it is
     except (TypeError, ValueError) as exc:
         raise InputError(f"{name} is not a numeric array: {exc}") from None
     if raw.dtype.kind == "O" and all(isinstance(v, numbers.Real) for v in raw.reshape(-1)):

@@ -20,6 +20,7 @@ from typing import Sequence
 
 import numpy as np
 
+from . import _backend as B
 from .tokens import canonical_tokens, detect_space_marker
 from .validation import InputError, as_draft_to_target, as_real_array, host
 
@@ -95,7 +96,7 @@ class VocabMap:
         """:attr:`scatter_plan`, with its index arrays on the device of ``values`` when that
         is a torch tensor."""
         keep, dst, identity = self.scatter_plan
-        if type(values).__module__.startswith("torch") and not identity:
+        if B.is_torch(values) and not identity:
             keep, dst = self.on_device("keep", values.device), self.on_device("dst", values.device)
         return keep, dst, identity
 
@@ -190,7 +191,7 @@ def pruned_draft_probs(draft_probs_full, vocab_map: VocabMap):
     """
     if not vocab_map.is_pruned:
         raise InputError("pruned_draft_probs needs a pruned map (every drafter id in the target)")
-    is_torch = type(draft_probs_full).__module__.startswith("torch")
+    is_torch = B.is_torch(draft_probs_full)
     full = draft_probs_full if is_torch else as_real_array(draft_probs_full, "draft_probs_full")
     top = int(vocab_map.draft_to_target.max())
     if full.ndim == 0 or full.shape[-1] <= top:  # checked here: on CUDA a bad index is fatal
