@@ -18,9 +18,13 @@ of a cell's pair floors, ``floor_ms_by_method`` each pair's). Two cache regimes:
 Reported: the ratio to the floor of TLI, the rank-one marginal kernel (exact RDK in O(N)) and
 first-order RDK (``transport_with_acceptance``) with the fused engine at ranks 1, 2, 4, 8 and
 with the full factor of S calibration rows, the fused engine with a float32 factor at ranks 4
-and 8, the fused engine on all of numba's threads (``_mt``) at ranks 1, 4, 8, and the numpy
-engine at rank 8 and S, at N = 32K, 128K, 152K, 262K, batch 1 and 64; for each method the worst
-ratio over N per batch and regime and whether it is within the 3x target; the growth from N to
+and 8, the fused engine on all of numba's threads (``_mt``) at ranks 1, 4, 8, the blas engine
+with the full factor in float64 and with float32 products (``blas_f32``), and the numpy engine
+at rank 8 and S; beside them ``read_S{S}_f32``, one read of the full factor stored in float32
+(``.sum()``): no engine of the full factor can take less, since every call needs every entry
+of ``C`` (``C^T u`` for every token). All at N = 32K, 128K, 152K, 262K, batch 1 and 64; for
+each method the worst ratio over N per batch and regime and whether it is within the 3x
+target (the read too: where it is not, no full-factor engine can be); the growth from N to
 2N of first-order RDK (expected about 2: linear) and of exact RDK with a dense N x N kernel
 (expected about 4: quadratic), the latter at N = 2K..16K where it fits; and, at the largest N
 and batch 64, the full factor's two matrix products alone (``V C^T`` and ``U C``, BLAS on all
@@ -29,9 +33,9 @@ cores) against the floor: a lower bound on any engine that forms them.
 Run:  .venv/bin/python benchmarks/bench_proposals.py [--quick] [--json out.json]
 Inputs are trusted arrays (``check=False``): validation is a separate, one-time O(N) cost.
 Threads: the floor, TLI and the marginal kernel are numpy element-wise passes (one core); the
-fused engine runs on one core (its default) except in the ``_mt`` rows; the numpy engine's
-products use BLAS (all cores). The numpy-engine rows run last in each cell, after a pause, so
-that their spinning BLAS workers do not slow the others (:mod:`rdk_theory._fused`).
+fused engine runs on one core (its default) except in the ``_mt`` rows; the blas and numpy
+engines' products use BLAS (all cores). Their rows run last in each cell, each after a pause,
+so that spinning BLAS workers do not slow the others (:mod:`rdk_theory._fused`).
 """
 from __future__ import annotations
 
@@ -64,6 +68,11 @@ def _inputs(rng, n, batch, s):
     return p, q, cal
 
 
+def _centred(cal):
+    """The full factor ``C`` (S, N) of the calibration rows, float64."""
+    return rt.FirstOrderCovarianceKernel(cal, 1.0, engine="numpy").factor
+
+
 def _first_order_kernels(cal, s, ranks, fused: bool):
     """``{label: kernel}`` in timing order: with numba, the fused engine on one thread (its
     default) at every rank and S with a float64 factor, at the two largest ranks with a float32
@@ -81,6 +90,7 @@ def _first_order_kernels(cal, s, ranks, fused: bool):
         if _fused.default_threads() > 1:
             plan += [("fused", "float64", _fused.default_threads(),
                       tuple(f"r{r}" for r in sorted({1, 4, max(ranks)}) if r in ranks))]
+        plan += [("blas", "float64", None, (f"S{s}",)), ("blas", "float32", None, (f"S{s}",))]
     plan += [("numpy", "float64", None, (f"r{max(ranks)}", f"S{s}"))]
     out = {}
     for engine, dtype, threads, labels in plan:
@@ -111,14 +121,16 @@ def bench_floor_ratios(sizes, batches, s, ranks, repeats, rng, fused, regimes=RE
             mk = rt.MarginalKernel(np.full(n, 1.0 / n), 0.1)
             a = lambda r: np.minimum(p, r).sum(-1)  # noqa: E731
             floor = lambda: np.minimum(p, q).sum(-1)  # noqa: E731
+            full32 = _centred(cal).astype(np.float32)
             fns = {"tli": lambda: a(rt.tli_proposal(q, vm, check=False)),
-                   "marginal": lambda: a(mk.transport(q))}
+                   "marginal": lambda: a(mk.transport(q)),
+                   f"read_S{s}_f32": full32.sum}
             fns.update({k: lambda fo=fo: fo.transport_with_acceptance(q, p)
                         for k, fo in _first_order_kernels(cal, s, ranks, fused).items()})
             for regime in regimes:
                 floors, ratios = {}, {}
                 for name, fn in fns.items():
-                    if name.endswith("_numpy"):
+                    if "_blas" in name or name.endswith("_numpy"):
                         time.sleep(0.2)  # let the previous rows' OpenMP workers fall asleep
                     t = median_times({"floor": floor, name: fn}, repeats, before=_before(regime))
                     floors[name] = 1e3 * t["floor"]
@@ -194,7 +206,7 @@ def bench_products(n, batch, s, repeats, rng):
     ``u = V C^T`` (batch x S) and ``U C`` (batch x N), 4 batch S N flops that any first-order
     engine with the full factor performs, whatever else it does."""
     p, q, cal = _inputs(rng, n, batch, s)
-    c = rt.FirstOrderCovarianceKernel(cal, 1.0, engine="numpy").factor
+    c = _centred(cal)
     u = q @ c.T
     out = np.empty((batch, n))
     t = median_times({"floor": lambda: np.minimum(p, q).sum(-1),
@@ -214,6 +226,9 @@ def _label(method):
     """Column label: ``first_order_r4_fused_f32`` -> ``r4 f32``; ``_numpy``, ``_mt`` kept."""
     if method in _LABELS:
         return _LABELS[method]
+    if method.startswith("read_"):  # read_S64_f32 -> S64 read f32
+        _, size, dtype = method.split("_")
+        return f"{size} read {dtype}"
     _, _, size, *rest = method.split("_")
     return " ".join([size] + [t for t in rest if t != "fused"])
 

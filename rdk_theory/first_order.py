@@ -18,18 +18,24 @@ The class has the kernel interface (``n``, ``transport``), so it is one pluggabl
 of "an approximation of ``M^T q'``"; another formula would be another class with ``transport``.
 
 Engines for numpy float64 input: ``"numpy"`` (two thin BLAS products and element-wise passes; the
-reference) and ``"fused"`` (one compiled two-pass loop per row, :mod:`rdk_theory._fused`, needs
-numba; one thread by default, ``threads=`` for more). ``"auto"`` (the default) takes the fused one
-when numba is installed and the factor has at most ``_fused.AUTO_MAX_ROWS`` rows (a truncated rank;
-for a full calibration factor of many rows the numpy engine's BLAS products are faster). Torch
-tensors and exact ``Fraction`` arrays always take the array path of their own backend.
+reference), ``"fused"`` (one compiled two-pass loop per row, :mod:`rdk_theory._fused`, needs
+numba; one thread by default, ``threads=`` for more) and ``"blas"`` (the numpy engine's two BLAS
+products in blocks of the vocabulary, each followed by one compiled pass that writes ``q''`` and
+sums the acceptance, :mod:`rdk_theory._blocked`, needs numba). ``"auto"`` (the default) takes,
+when numba is installed, the fused engine for a factor of at most ``_fused.AUTO_MAX_ROWS`` rows (a
+truncated rank) and the blas engine for a larger float64 factor (a full calibration factor, where
+BLAS products beat hand-written loops); otherwise the numpy engine. The engines agree to float64
+round-off, with one exception that must be asked for: ``engine="blas"`` with
+``factor_dtype="float32"`` computes the two products in float32 arithmetic (see
+:mod:`rdk_theory._blocked` for its error bound). Torch tensors and exact ``Fraction`` arrays
+always take the array path of their own backend.
 """
 from __future__ import annotations
 
 import numpy as np
 
 from . import _backend as B
-from . import _fused
+from . import _blocked, _fused
 from .acceptance import acceptance_rate
 from .kernels import _centred_factor, _DeviceCache
 from ._fused import _F64
@@ -49,9 +55,10 @@ class FirstOrderCovarianceKernel:
       calibration_probs: (S, N_T) calibration next-token distributions ``p_c``.
       tau: softmax temperature (> 0); the approximation error shrinks as ``tau`` grows.
       rank: optional truncation of ``C`` to its top ``rank`` singular directions.
-      engine: ``"auto"``, ``"fused"`` or ``"numpy"`` (see the module docstring).
+      engine: ``"auto"``, ``"fused"``, ``"blas"`` or ``"numpy"`` (see the module docstring).
       factor_dtype: ``"float64"`` (default) or ``"float32"``: store ``C`` rounded to float32,
-        which halves the bytes the fused engine reads per call (see :meth:`_setup`).
+        which halves the bytes the fused engine reads per call (see :meth:`_setup`); with
+        ``engine="blas"`` it also makes the two products float32 arithmetic.
       threads: threads the fused engine may use (default 1: the calling thread only; more
         speeds up large N, see :mod:`rdk_theory._fused` for when not to). The result does not
         depend on it beyond round-off.
@@ -85,10 +92,10 @@ class FirstOrderCovarianceKernel:
         float64 round-off. ``C~`` is within a relative 2^-24 (plus a shift of the same order)
         of ``C``.
         """
-        if engine not in ("auto", "fused", "numpy"):
-            raise InputError(f"engine must be 'auto', 'fused' or 'numpy', got {engine!r}")
-        if engine == "fused" and not _fused.available():
-            raise InputError("engine='fused' needs numba: pip install 'rdk-theory[fast]'")
+        if engine not in ("auto", "fused", "blas", "numpy"):
+            raise InputError(f"engine must be 'auto', 'fused', 'blas' or 'numpy', got {engine!r}")
+        if engine in ("fused", "blas") and not _fused.available():
+            raise InputError(f"engine={engine!r} needs numba: pip install 'rdk-theory[fast]'")
         whole = isinstance(threads, (int, np.integer)) and not isinstance(threads, bool)
         if threads is not None and not (whole and threads >= 1):
             raise InputError(f"threads must be a positive integer or None, got {threads!r}")
@@ -113,7 +120,8 @@ class FirstOrderCovarianceKernel:
         self._coef = self.diag_coef - self.a * self.inv_z
         self._fused_arrays = (stored, shift, self._coef, self.tau)
         self._products = None  # the numpy/torch engine's (left, right): built on first use
-        self._fused_on = None  # whether plain float64 input runs the fused engine: first use
+        self._products32 = None  # their float32 roundings, for engine="blas" with a float32 factor
+        self._compiled = False  # plain float64 input's engine: "fused", "blas" or None; first use
         self._torch = _DeviceCache()
 
     @classmethod
@@ -176,8 +184,9 @@ class FirstOrderCovarianceKernel:
         returned as is; either way the returned vector is the one to sample, divide by and
         build the residual from.
         """
-        if self._use_fused(q_prime):
-            return _fused.first_order(q_prime, None, self._fused_arrays, threads=self.threads)[0]
+        engine = self._route(q_prime)
+        if engine:
+            return self._run(engine, q_prime, None)[0]
         out = self.transport_unclipped(q_prime)
         if B.is_torch(out):
             if bool((out < 0).any()):
@@ -192,14 +201,14 @@ class FirstOrderCovarianceKernel:
     def transport_with_acceptance(self, q_prime, target_probs):
         """``(q'', alpha(p, q''))``: the proposal of :meth:`transport` and its acceptance.
 
-        With the fused engine both come out of the same two passes over each row (the
+        With the fused and blas engines both come out of the same passes over each row (the
         acceptance costs no extra read of the proposal); otherwise this is
         ``transport`` followed by :func:`rdk_theory.acceptance_rate` on trusted arrays.
         """
-        if self._use_fused(q_prime) and (_plain(target_probs) or not B.is_torch(target_probs)
-                                         and not B.is_exact(target_probs)):
-            return _fused.first_order(q_prime, target_probs, self._fused_arrays,
-                                      threads=self.threads)
+        engine = self._route(q_prime)
+        if engine and (_plain(target_probs) or not B.is_torch(target_probs)
+                       and not B.is_exact(target_probs)):
+            return self._run(engine, q_prime, target_probs)
         out = self.transport(q_prime)
         # mixed numpy/torch input: the acceptance is computed on the tensor's device
         return out, acceptance_rate(*same_backend(target_probs, out, ("target_probs", "q_prime")),
@@ -207,36 +216,68 @@ class FirstOrderCovarianceKernel:
 
     @property
     def engine(self) -> str:
-        """``"auto"``, ``"fused"`` or ``"numpy"``, as given (read-only: the fused-engine
-        decision is taken once, on first use)."""
+        """``"auto"``, ``"fused"``, ``"blas"`` or ``"numpy"``, as given (read-only: what
+        ``"auto"`` runs is decided once, on first use)."""
         return self._engine
 
-    def _fused_engine_on(self) -> bool:
-        """Whether numpy float64 input goes to the fused engine: ``engine="fused"``, or
-        ``"auto"`` with a factor of at most ``_fused.AUTO_MAX_ROWS`` rows and numba importable.
-        Decided on first use (numba is imported then, not with the package) and kept: the
-        decode-loop call then does a handful of checks before the compiled kernel."""
-        if self._fused_on is None:
-            self._fused_on = (self.engine == "fused" or self.engine == "auto"
-                              and self.factor.shape[0] <= _fused.AUTO_MAX_ROWS
-                              and _fused.available())
-        return self._fused_on
+    def _compiled_engine(self):
+        """The engine for plain numpy float64 input: ``"fused"``, ``"blas"`` or None (the numpy
+        engine). ``"auto"`` with numba importable takes the fused engine for at most
+        ``_fused.AUTO_MAX_ROWS`` factor rows and the blas engine for more when the factor is
+        float64 (a float32 factor keeps float64 arithmetic on the numpy engine unless
+        ``engine="blas"`` is asked for). Decided on first use (numba is imported then, not with
+        the package) and kept: the decode-loop call then does a handful of checks before the
+        compiled kernel."""
+        if self._compiled is False:
+            engine = self.engine
+            if engine == "auto":
+                engine = None
+                if _fused.available():
+                    if self.factor.shape[0] <= _fused.AUTO_MAX_ROWS:
+                        engine = "fused"
+                    elif self.factor_dtype == "float64":
+                        engine = "blas"
+            self._compiled = engine if engine in ("fused", "blas") else None
+        return self._compiled
 
-    def _use_fused(self, q_prime) -> bool:
-        """Whether ``q_prime`` goes to the fused engine. A plain float64 array (see
-        :func:`_plain`, the decode-loop case) is settled by :meth:`_fused_engine_on` alone;
-        torch, exact and other-dtype input take the numpy/torch engine, and
-        ``engine="fused"`` refuses them."""
+    def _route(self, q_prime):
+        """The compiled engine ``q_prime`` goes to, or None for the numpy/torch/exact array
+        path. A plain float64 array (see :func:`_plain`, the decode-loop case) is settled by
+        :meth:`_compiled_engine` alone; torch, exact and other-dtype input take the array path
+        of their backend, and a forced ``"fused"`` or ``"blas"`` engine refuses them."""
         if _plain(q_prime):
-            return self._fused_engine_on()
+            return self._compiled_engine()
         if self.engine == "numpy" or B.is_torch(q_prime) or B.is_exact(q_prime):
-            return False
+            return None
         usable = (isinstance(q_prime, np.ndarray) and q_prime.dtype == np.float64
                   and q_prime.ndim >= 1 and q_prime.size > 0)
-        if self.engine == "fused" and not usable:
-            raise InputError(f"engine='fused' takes a non-empty numpy float64 array, got "
-                             f"{type(q_prime).__name__} {getattr(q_prime, 'dtype', '')}")
-        return usable and self._fused_engine_on()
+        if self.engine in ("fused", "blas") and not usable:
+            raise InputError(f"engine={self.engine!r} takes a non-empty numpy float64 array, "
+                             f"got {type(q_prime).__name__} {getattr(q_prime, 'dtype', '')}")
+        return self._compiled_engine() if usable else None
+
+    def _run(self, engine, q_prime, target_probs):
+        """``(q'', alpha or None)`` on the compiled ``engine``."""
+        if engine == "fused":
+            return _fused.first_order(q_prime, target_probs, self._fused_arrays,
+                                      threads=self.threads)
+        return _blocked.first_order(q_prime, target_probs, self._blas_arrays())
+
+    def _blas_arrays(self):
+        """``(left, right, coef)`` for the blas engine: the numpy engine's float64 matrices, or,
+        for a float32 factor, their float32 roundings (built once; the float64 ones are then
+        not kept)."""
+        if self.factor_dtype == "float64":
+            return self._arrays(self.factor)
+        if self._products32 is None:
+            if self._products is None:
+                c = self.factor
+                left = np.vstack([c * self.inv_z, self.inv_z[None, :]]).astype(np.float32)
+                right = np.vstack([c / self.tau, np.ones((1, self.n))]).astype(np.float32)
+            else:
+                left, right = (x.astype(np.float32) for x in self._products)
+            self._products32 = (left, right)
+        return (*self._products32, self._coef)
 
     def max_offdiag_affinity(self) -> float:
         """``max_{i != j} |B_ij|`` (forms Omega: small N only, for error checks)."""

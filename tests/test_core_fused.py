@@ -253,19 +253,26 @@ def test_auto_falls_back_to_numpy_without_numba(monkeypatch):
     monkeypatch.setattr(_fused, "available", lambda: False)
     monkeypatch.setattr(_fused, "_compiled", {})  # without numba nothing was ever compiled
     auto = rt.FirstOrderCovarianceKernel(cal, 0.05)
-    assert not auto._use_fused(q)
+    assert auto._route(q) is None
     assert np.array_equal(auto.transport(q), ref)  # literally the numpy engine
-    with pytest.raises(rt.InputError, match="numba"):
-        rt.FirstOrderCovarianceKernel(cal, 0.05, engine="fused")
+    for engine in ("fused", "blas"):
+        with pytest.raises(rt.InputError, match=f"engine='{engine}' needs numba"):
+            rt.FirstOrderCovarianceKernel(cal, 0.05, engine=engine)
     with pytest.raises(ImportError, match="numba"):
         _fused.first_order(q, None, auto._fused_arrays)
 
 
-def test_auto_takes_fused_for_a_truncated_rank_and_numpy_for_a_large_factor():
+def test_auto_takes_fused_for_a_truncated_rank_and_blas_for_a_large_factor():
     cal, q, _ = _case(40, seed=8, s=_fused.AUTO_MAX_ROWS + 8, batch=(2,))
-    assert rt.FirstOrderCovarianceKernel(cal, 0.05, rank=_fused.AUTO_MAX_ROWS)._use_fused(q)
-    assert not rt.FirstOrderCovarianceKernel(cal, 0.05)._use_fused(q)
-    assert rt.FirstOrderCovarianceKernel(cal, 0.05, engine="fused")._use_fused(q)
+    fo = rt.FirstOrderCovarianceKernel
+    assert fo(cal, 0.05, rank=_fused.AUTO_MAX_ROWS)._route(q) == "fused"
+    assert fo(cal, 0.05, rank=_fused.AUTO_MAX_ROWS + 1)._route(q) == "blas"
+    assert fo(cal, 0.05, engine="fused")._route(q) == "fused"
+    assert fo(cal, 0.05, rank=2, engine="blas")._route(q) == "blas"
+    assert fo(cal, 0.05, engine="numpy")._route(q) is None
+    # float32 arithmetic is never chosen for the user: a large float32 factor stays on numpy
+    assert fo(cal, 0.05, factor_dtype="float32")._route(q) is None
+    assert fo(cal, 0.05, factor_dtype="float32", engine="blas")._route(q) == "blas"
 
 
 def test_engine_is_read_only_and_an_empty_factor_is_refused():
@@ -279,13 +286,14 @@ def test_engine_is_read_only_and_an_empty_factor_is_refused():
             rt.FirstOrderCovarianceKernel.from_factor(np.zeros(shape), 0.1)
 
 
-def test_bad_engine_and_bad_input_for_forced_fused():
+@pytest.mark.parametrize("engine", ["fused", "blas"])
+def test_bad_engine_and_bad_input_for_a_forced_compiled_engine(engine):
     cal, q, _ = _case(10, seed=6, batch=(2,))
     with pytest.raises(rt.InputError, match="engine"):
         rt.FirstOrderCovarianceKernel(cal, 0.05, engine="cuda")
-    fused = rt.FirstOrderCovarianceKernel(cal, 0.05, engine="fused")
-    with pytest.raises(rt.InputError, match="float64"):
-        fused.transport(q.astype(np.float32))
+    forced = rt.FirstOrderCovarianceKernel(cal, 0.05, engine=engine)
+    with pytest.raises(rt.InputError, match=f"engine='{engine}' takes a non-empty numpy float64"):
+        forced.transport(q.astype(np.float32))
 
 
 def test_block_rows_grows_with_the_factor_and_never_exceeds_the_batch():
@@ -298,10 +306,11 @@ def test_block_rows_grows_with_the_factor_and_never_exceeds_the_batch():
     assert _fused.block_rows(1, 1) == 1
 
 
-def test_a_round_off_sized_negative_entry_is_still_clipped():
+@pytest.mark.parametrize("engine", ["fused", "blas"])
+def test_a_round_off_sized_negative_entry_is_still_clipped(engine):
     """An entry of -1e-10 in the first-order vector (built on purpose: for a token j outside the
     support of q', q''_j = sum v + c_j u / tau, and u and sum v do not depend on c_j) must
-    trigger the clip and renormalisation on the fused engine exactly as on the numpy one."""
+    trigger the clip and renormalisation on the compiled engines exactly as on the numpy one."""
     rng = np.random.default_rng(4)
     n, tau = 64, 1.0
     c = 1e-3 * rng.normal(size=(1, n))
@@ -316,11 +325,11 @@ def test_a_round_off_sized_negative_entry_is_still_clipped():
     c[0, j] = (-1e-10 - sv) * tau / u
     c[0, k] = keep - c[0, j]
     numpy_engine = rt.FirstOrderCovarianceKernel.from_factor(c, tau, engine="numpy")
-    fused = rt.FirstOrderCovarianceKernel.from_factor(c, tau, engine="fused")
+    fused = rt.FirstOrderCovarianceKernel.from_factor(c, tau, engine=engine)
     raw = numpy_engine.transport_unclipped(qp)
     assert -1e-9 < raw[j] < 0 and np.sum(raw < 0) == 1  # the one entry under test
     want = numpy_engine.transport(qp)
     got, alpha = fused.transport_with_acceptance(qp, np.full(n, 1.0 / n))
     assert want.min() == 0.0 and got.min() == 0.0
-    assert_close(got, want, err_msg="fused vs numpy after the clip")
+    assert_close(got, want, err_msg=f"{engine} vs numpy after the clip")
     assert_close(alpha, np.minimum(want, 1.0 / n).sum(), err_msg="acceptance after the clip")

@@ -1,0 +1,173 @@
+"""Blocked BLAS engine for first-order RDK with a large factor (optional: needs numba, extra
+``fast``).
+
+The fused engine (:mod:`rdk_theory._fused`) wins for a truncated rank: its hand-written dot
+products are fine for a few factor rows. For the full factor of S calibration rows (S = 64 and
+more) the two products ``u = [C v ; sum v]`` and ``u [C / tau ; 1]`` are 4 batch S N flops, and
+BLAS does them several times faster than hand-written loops. The numpy engine uses BLAS too but
+then makes about six more passes over each (N,) row. Here:
+
+* rows are taken in blocks of :data:`ROWS`; for each block, ``u = q' left^T`` is one BLAS
+  product ((rows, N) by (N, S + 1));
+* the vocabulary is walked in chunks of about :data:`CHUNK_BYTES` of product output; for each
+  chunk ``u right[:, chunk]`` is one BLAS product into a buffer that stays in cache, and one
+  compiled loop (:func:`_epilogue_py`) adds ``q' * coef``, writes ``q''`` once and sums
+  ``min(p, q'')`` (the acceptance) and the negative parts (for the clip).
+
+So ``q''`` is written once and never read back, and the products run on BLAS's threads while
+the epilogue runs on the calling thread (no numba thread pool: the two pools' spinning
+workers cannot collide, see :mod:`rdk_theory._fused`).
+
+Precision: the products run in the dtype of ``left`` and ``right``. In float64 (what
+:class:`rdk_theory.first_order.FirstOrderCovarianceKernel` passes for a float64 factor) the
+result agrees with the numpy engine to float64 round-off. In float32 (``factor_dtype="float32"``
+with ``engine="blas"``, an explicit choice) ``q'`` and both matrices are rounded to float32 and
+the products accumulate in float32; everything else is float64. Then the vector is within
+:func:`float32_error_bound` of the float64 computation of the same kernel, not within float64
+round-off, and it sums to ``sum q'`` only up to that error. The error bound is the classical one
+for a dot product computed in any order (Higham, *Accuracy and Stability of Numerical
+Algorithms*, 2nd ed., 2002, Lemma 3.1 and section 3.1), applied to both products and to the
+roundings of the operands.
+"""
+from __future__ import annotations
+
+import numpy as np
+
+from . import _fused
+
+#: Rows per block: one product ``u = q' left^T`` per block, and the chunk buffer holds
+#: ``ROWS`` rows.
+ROWS = 64
+#: Bytes of product output per chunk of the vocabulary: the chunk's ``u right[:, chunk]`` is
+#: written into a buffer of about this size and read back by the epilogue while it is still in
+#: cache (batch 64, S = 64, N = 32K..262K: 4 MiB was at least as fast as 1 or 16 MiB).
+CHUNK_BYTES = 4 << 20
+#: Fewest vocabulary elements per chunk (large batches would otherwise get tiny chunks).
+MIN_CHUNK = 1024
+_compiled: dict = {}
+_F32 = np.dtype(np.float32)
+
+
+def _epilogue_py(buf, q, p, with_alpha, coef, out, r0, j0, alpha, low):
+    """``out[r0 + i, j0 + k] = buf[i, k] + q[r0 + i, j0 + k] coef[j0 + k]`` for the chunk,
+    with the chunk's ``sum min(p, q'')`` added to ``alpha`` and its negative parts to ``low``."""
+    rows, m = buf.shape
+    c = coef[j0:j0 + m]
+    for i in range(rows):
+        b = buf[i]
+        qi = q[r0 + i, j0:j0 + m]
+        oi = out[r0 + i, j0:j0 + m]
+        neg = 0.0
+        if with_alpha:
+            pi = p[r0 + i, j0:j0 + m]
+            s = 0.0
+            for k in range(m):
+                x = b[k] + qi[k] * c[k]
+                oi[k] = x
+                y = pi[k]
+                s += x if x < y else y
+                neg += x if x < 0.0 else 0.0
+            alpha[r0 + i] += s
+        else:
+            for k in range(m):
+                x = b[k] + qi[k] * c[k]
+                oi[k] = x
+                neg += x if x < 0.0 else 0.0
+        low[r0 + i] += neg
+
+
+def _epilogue():
+    """The compiled epilogue, jitted on first use (machine code cached on disk); the same
+    options as the fused engine: re-association for vectorised sums, NaN still propagates."""
+    if "epilogue" not in _compiled:
+        import numba
+
+        _compiled["epilogue"] = numba.njit(
+            cache=True, nogil=True, boundscheck=False,
+            fastmath={"reassoc", "contract", "nsz", "arcp"})(_epilogue_py)
+    return _compiled["epilogue"]
+
+
+def chunk_size(rows: int, n: int, itemsize: int, chunk_bytes: int = CHUNK_BYTES) -> int:
+    """Vocabulary elements per chunk: ``chunk_bytes`` of product output for ``rows`` rows, at
+    least :data:`MIN_CHUNK`, at most ``n``."""
+    return int(min(n, max(MIN_CHUNK, chunk_bytes // (max(rows, 1) * itemsize))))
+
+
+def first_order(q_prime, target_probs, arrays, *, rows: int = ROWS,
+                chunk_bytes: int = CHUNK_BYTES):
+    """First-order proposal (and, when ``target_probs`` is given, its acceptance).
+
+    ``q_prime`` (..., N) float64; ``target_probs`` broadcastable to it, or None.
+    ``arrays = (left, right, coef)``: ``left`` and ``right`` (S + 1, N), both float64 or both
+    float32, with ``q'' = (q' left^T) right + q' * coef`` before the clip (see
+    :meth:`rdk_theory.first_order.FirstOrderCovarianceKernel._arrays`); ``coef`` (N,) float64.
+    A row with a negative entry is clipped at 0 and renormalised to ``sum q'``, and its
+    acceptance recomputed, as on the other engines. ``rows`` and ``chunk_bytes`` set the block
+    and chunk sizes (tests use them to reach every path). Returns ``(proposal, alpha)``,
+    ``alpha`` None when ``target_probs`` is None. Needs numba.
+    """
+    epilogue = _compiled.get("epilogue")
+    if epilogue is None:
+        if not _fused.available():
+            raise ImportError("the blocked first-order engine needs numba: "
+                              "pip install 'rdk-theory[fast]'")
+        epilogue = _epilogue()
+    left, right, coef = arrays
+    shape = q_prime.shape
+    n = coef.shape[0]
+    if shape[-1] != n:
+        raise ValueError(f"q' has {shape[-1]} entries per row, the kernel {n}")
+    q2 = _fused._rows(q_prime)
+    with_alpha = target_probs is not None
+    if with_alpha:
+        p = target_probs if target_probs.shape == shape else np.broadcast_to(target_probs, shape)
+        p2 = _fused._rows(p)
+    else:
+        p2 = q2[:0]
+    n_rows = q2.shape[0]
+    out = np.empty((n_rows, n))
+    alpha = np.zeros(n_rows)
+    low = np.zeros(n_rows)
+    rb = max(1, min(int(rows), n_rows))
+    ch = chunk_size(rb, n, left.dtype.itemsize, chunk_bytes)
+    flat = np.empty(rb * ch, dtype=left.dtype)  # chunk buffer, reshaped per chunk: contiguous
+    for r0 in range(0, n_rows, rb):
+        qb = q2[r0:r0 + rb]
+        u = (qb.astype(_F32) if left.dtype == _F32 else qb) @ left.T  # (rows, S + 1)
+        for j0 in range(0, n, ch):
+            m = min(ch, n - j0)
+            buf = flat[:u.shape[0] * m].reshape(u.shape[0], m)
+            np.matmul(u, right[:, j0:j0 + m], out=buf)
+            epilogue(buf, q2, p2, with_alpha, coef, out, r0, j0, alpha, low)
+    for i in np.flatnonzero(low < 0):  # rare: clip, renormalise, recompute the acceptance
+        row = np.maximum(out[i], 0.0, out=out[i])
+        tot = row.sum()
+        row *= q2[i].sum() / tot if tot > 0 else 0.0
+        if with_alpha:
+            alpha[i] = np.minimum(row, p2[i]).sum()
+    return out.reshape(shape), (alpha.reshape(shape[:-1])[()] if with_alpha else None)
+
+
+def float32_error_bound(q_prime, left, right):
+    """Per entry, a bound on ``|q''_f32 - q''|`` before the clip, where ``q''_f32`` is computed
+    by :func:`first_order` from the float32 roundings of ``q_prime``, ``left`` and ``right``
+    (``left``, ``right`` given here in float64) and ``q''`` is the same formula in exact
+    arithmetic.
+
+    With ``e = 2^-24`` and ``g(k) = k e / (1 - k e)``, each ``u_k`` is a float32 dot product of
+    rounded operands: ``|u^_k - u_k| <= g(N + 2) a_k`` with ``a = |q'| |left|^T``. Then
+    ``b_j = sum_k u_k right_kj`` (S + 1 terms) gives
+    ``|b^_j - b_j| <= sum_k |right_kj| ((1 + e) g(N + 2) a_k + e |u_k|
+    + g(S + 1) (1 + e) (|u_k| + g(N + 2) a_k))``, and ``|u_k| <= a_k``. The float64 epilogue adds
+    its own round-off, and an entry of ``q'`` below float32's normal range loses up to
+    ``2^-149`` absolutely; both are far below this bound and are left to the caller's float64
+    slack. Costs two products: for tests and audits.
+    """
+    e = 2.0 ** -24
+    n, m = left.shape[1], left.shape[0]
+    g = lambda k: k * e / (1 - k * e)  # noqa: E731
+    gn, gs = g(n + 2), g(m)
+    a = np.abs(q_prime) @ np.abs(left).T
+    k = (1 + e) * gn + e + gs * (1 + e) * (1 + gn)
+    return k * (a @ np.abs(right))

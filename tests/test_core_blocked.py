@@ -1,0 +1,179 @@
+"""The blocked BLAS engine (``engine="blas"``, numba epilogue) against the numpy reference engine.
+
+With a float64 factor both engines do the same two BLAS products, the blas engine chunk by chunk
+of the vocabulary, so they agree to float64 round-off (``tests.tolerances``), including rows that
+need the clip, ragged last chunks and blocks. With a float32 factor and ``engine="blas"`` the
+products are float32 arithmetic: the test asserts the proven error bound of
+:func:`rdk_theory._blocked.float32_error_bound` entry by entry, and that the bound is tight enough
+to mean something.
+"""
+import numpy as np
+import pytest
+
+import rdk_theory as rt
+from rdk_theory import _blocked, _fused
+from tests.tolerances import FLOAT32_ATOL, FLOAT64_ATOL, assert_close, assert_leq
+
+pytestmark = pytest.mark.skipif(not _fused.available(), reason="numba not installed (extra 'fast')")
+
+
+def _case(n, seed=0, s=24, batch=(5,), conc=0.3):
+    rng = np.random.default_rng(seed)
+    cal = rng.dirichlet(np.full(n, conc), size=s)
+    q = rng.dirichlet(np.full(n, 0.5), size=batch)
+    p = rng.dirichlet(np.full(n, 0.5), size=batch)
+    return cal, q, p
+
+
+def _clipping_case():
+    """n = 2500, 7 rows, every other one supported on 20 tokens (a pruned drafter): at
+    tau = 1e-7 the first-order vector is negative outside that support in those rows only."""
+    cal, q, p = _case(2500, seed=3, batch=(7,), conc=0.05)
+    q[::2, 20:] = 0
+    q /= q.sum(axis=-1, keepdims=True)
+    return cal, q, p, 1e-7
+
+
+def _pair(cal, tau, factor_dtype="float64", rank=None):
+    return tuple(rt.FirstOrderCovarianceKernel(cal, tau, rank=rank, engine=e,
+                                               factor_dtype=factor_dtype) for e in ("numpy", "blas"))
+
+
+@pytest.mark.parametrize("batch", [(), (1,), (5,), (2, 3)])
+@pytest.mark.parametrize("n", [7, 2048, 2500])
+def test_float64_factor_agrees_with_numpy_engine(n, batch):
+    cal, q, p = _case(n, seed=n, batch=batch)
+    ref, blas = _pair(cal, 0.02)
+    r_ref = ref.transport(q)
+    r_bl, alpha = blas.transport_with_acceptance(q, p)
+    assert r_bl.shape == q.shape and np.shape(alpha) == batch
+    assert_close(r_bl, r_ref)
+    assert_close(blas.transport(q), r_ref)
+    assert_close(alpha, rt.acceptance_rate(p, r_ref))
+    # a target of shape (N,) is broadcast over the batch
+    _, a1 = blas.transport_with_acceptance(q, p.reshape(-1, n)[0])
+    assert_close(a1, rt.acceptance_rate(p.reshape(-1, n)[0], r_ref))
+
+
+@pytest.mark.parametrize("chunk_bytes", [1, 8 * 1024 * 3, 1 << 22])
+@pytest.mark.parametrize("rows", [1, 2, 3, 64])
+def test_every_block_and_chunk_size_agrees_and_clipped_rows_too(rows, chunk_bytes):
+    """n = 2500 walks one, two or three chunks (the last one ragged: at least 1024 elements per
+    chunk), 7 rows make ragged blocks, and some rows need the clip while others do not."""
+    cal, q, p, tau = _clipping_case()
+    ref, blas = _pair(cal, tau)
+    neg = ref.transport_unclipped(q).min(axis=-1) < 0
+    assert neg.any() and not neg.all(), neg
+    sizes = dict(rows=rows, chunk_bytes=chunk_bytes)
+    r_bl, alpha = _blocked.first_order(q, p, blas._blas_arrays(), **sizes)
+    want = ref.transport(q)
+    assert r_bl.min() >= 0
+    assert_close(r_bl, want)
+    assert_close(r_bl.sum(axis=-1), q.sum(axis=-1))
+    assert_close(alpha, rt.acceptance_rate(p, want))
+    r_only, none = _blocked.first_order(q, None, blas._blas_arrays(), **sizes)
+    assert none is None and np.array_equal(r_only, r_bl)
+
+
+def test_chunk_size_is_the_byte_budget_within_bounds():
+    assert _blocked.chunk_size(64, 262_144, 4) == (4 << 20) // 256  # 16K float32 columns
+    assert _blocked.chunk_size(64, 262_144, 8) == (4 << 20) // 512
+    assert _blocked.chunk_size(4096, 262_144, 8) == _blocked.MIN_CHUNK  # large batches
+    assert _blocked.chunk_size(1, 100, 8) == 100  # never more than N
+
+
+@pytest.mark.parametrize("n,s,tau", [(3000, 64, 0.02), (2049, 20, 0.005)])
+def test_float32_products_stay_within_the_proven_error_bound(n, s, tau):
+    cal, q, p = _case(n, seed=11, s=s, batch=(6,))
+    ref, blas = _pair(cal, tau, factor_dtype="float32")
+    exact = ref.transport_unclipped(q)  # float64 arithmetic on the same (float32-stored) kernel
+    assert exact.min() > 0  # no clip: the bound is on the unclipped vector
+    left, right = ref._arrays(q)[:2]
+    bound = _blocked.float32_error_bound(q, left, right)
+    got, alpha = blas.transport_with_acceptance(q, p)
+    err = np.abs(got - exact)
+    # the float64 reference's own round-off and float32 underflow are far below FLOAT64_ATOL
+    assert_leq(err, bound, slack=FLOAT64_ATOL)
+    assert err.max() > 1e-13  # float32 arithmetic really ran (float64 would be ~1e-18 here)
+    # and the bound means something: a relative 1e-3 of every entry at most
+    assert np.all(bound <= 1e-3 * exact), (bound / exact).max()
+    # what a user sees: the proposal and its acceptance within float32 tolerance
+    assert_close(got, ref.transport(q), rtol=0, atol=FLOAT32_ATOL)
+    assert_close(alpha, rt.acceptance_rate(p, ref.transport(q)), rtol=0, atol=FLOAT32_ATOL)
+    assert np.abs(got.sum(axis=-1) - q.sum(axis=-1)).max() <= bound.sum(axis=-1).max()
+
+
+def test_float32_products_with_clipped_rows():
+    cal, q, p, tau = _clipping_case()
+    ref, blas = _pair(cal, tau, factor_dtype="float32")
+    assert (ref.transport_unclipped(q).min(axis=-1) < 0).any()
+    clipped = ref.transport_unclipped(q).min(axis=-1) < 0
+    got, alpha = blas.transport_with_acceptance(q, p)
+    want = ref.transport(q)
+    assert got.min() >= 0
+    # a clipped row is renormalised to sum q' in float64; the others keep float32's error
+    assert_close(got[clipped].sum(axis=-1), q[clipped].sum(axis=-1))
+    assert_close(got.sum(axis=-1), q.sum(axis=-1), rtol=0, atol=FLOAT32_ATOL)
+    assert_close(got, want, rtol=0, atol=FLOAT32_ATOL)
+    assert_close(alpha, rt.acceptance_rate(p, got))
+
+
+def test_float32_matrices_replace_the_float64_ones():
+    cal, q, _ = _case(300, seed=5, s=20, batch=(2,))
+    blas = rt.FirstOrderCovarianceKernel(cal, 0.02, factor_dtype="float32", engine="blas")
+    blas.transport(q)
+    left, right, _ = blas._blas_arrays()
+    assert left.dtype == right.dtype == np.float32 and blas._products is None
+    # built from the float64 ones when those exist (a torch call builds them), same values
+    other = rt.FirstOrderCovarianceKernel(cal, 0.02, factor_dtype="float32", engine="blas")
+    other._arrays(q)
+    l2, r2, _ = other._blas_arrays()
+    assert np.array_equal(l2, left) and np.array_equal(r2, right)
+
+
+def test_zero_rows_sub_stochastic_input_and_no_writes():
+    cal, q, p = _case(50, seed=1, batch=(2, 3))
+    ref, blas = _pair(cal, 0.05)
+    z = np.zeros((2, 50))
+    rz, az = blas.transport_with_acceptance(z, p[0, :2])
+    assert np.all(rz == 0) and np.all(az == 0)  # q(I) = 0: no proposal, alpha = 0
+    half = q[0] * 0.5
+    assert_close(blas.transport(half), ref.transport(half))
+    assert_close(blas.transport(half).sum(axis=-1), 0.5)
+    before, p_before = q.copy(), p.copy()
+    blas.transport_with_acceptance(q, p)
+    assert np.array_equal(q, before) and np.array_equal(p, p_before)
+    with pytest.raises(ValueError, match="entries per row"):
+        _blocked.first_order(q[..., :49], None, blas._blas_arrays())
+
+
+def test_torch_input_takes_its_own_backend():
+    cal, q, _ = _case(20, seed=2, batch=(2,))
+    blas = rt.FirstOrderCovarianceKernel(cal, 0.05, engine="blas")
+    torch = pytest.importorskip("torch")
+    got = blas.transport(torch.from_numpy(q))
+    assert isinstance(got, torch.Tensor)
+    assert_close(got.numpy(), blas.transport(q))
+
+
+def test_the_epilogue_runs_as_plain_python_too():
+    """The loop un-jitted gives the same numbers: the engine's logic, not numba's."""
+    cal, q, p = _case(40, seed=9, batch=(3,))
+    ref, blas = _pair(cal, 0.02)
+    left, right, coef = blas._blas_arrays()
+    out, alpha, low = np.empty_like(q), np.zeros(3), np.zeros(3)
+    buf = (q @ left.T) @ right
+    for j0 in (0, 16, 32):  # three chunks, the last one short
+        _blocked._epilogue_py(buf[:, j0:j0 + 16], q, p, True, coef, out, 0, j0, alpha, low)
+    assert_close(out, ref.transport(q))
+    assert_close(alpha, rt.acceptance_rate(p, ref.transport(q)))
+    assert np.all(low == 0)
+
+
+def test_without_numba_the_engine_says_so(monkeypatch):
+    cal, q, _ = _case(10, seed=6, batch=(2,))
+    blas = rt.FirstOrderCovarianceKernel(cal, 0.05, engine="blas")
+    monkeypatch.setattr(_fused, "available", lambda: False)
+    monkeypatch.setattr(_blocked, "_compiled", {})
+    with pytest.raises(ImportError, match="numba"):
+        _blocked.first_order(q, None, blas._blas_arrays())
