@@ -6,7 +6,9 @@ low ranks; this script shows what those ranks compute. For each kept fraction of
 vocabulary and each ``tau`` it prints the mean acceptance of TLI, exact RDK (the dense
 covariance-softmax kernel), first-order RDK with the full factor (S calibration rows) and with
 ranks r, and the mean TV distance from each rank's proposal to the full factor's. A rank equal
-to min(S, N) reproduces the full factor to round-off (tested).
+to min(S, N) reproduces the full factor to round-off (tested). With numba installed it also
+shows the other way to cut the cost, the full factor with float32 storage and float32 products
+(``engine="blas"``, ``factor_dtype="float32"``): the same kernel up to float32 round-off.
 
     .venv/bin/python benchmarks/rank_accuracy.py                 # about 10 s
     .venv/bin/python benchmarks/rank_accuracy.py --tau 1e-5 --keep 0.1 --json out.json
@@ -20,6 +22,7 @@ import numpy as np
 
 import rdk_theory as rt
 import rdk_theory.case  # noqa: F401  (default_tau)
+from rdk_theory import _fused
 
 
 def study(n=2048, contexts=32, calibration=256, keep=(0.25, 0.10), taus=None,
@@ -48,6 +51,11 @@ def study(n=2048, contexts=32, calibration=256, keep=(0.25, 0.10), taus=None,
                 got = rt.FirstOrderCovarianceKernel(cal, tau, rank=r).transport(qp)
                 row["ranks"][r] = {"alpha": alpha(got),
                                    "tv_to_full": float(rt.total_variation(got, full).mean())}
+            if _fused.available():  # the blas engine needs numba
+                got = rt.FirstOrderCovarianceKernel(cal, tau, engine="blas",
+                                                    factor_dtype="float32").transport(qp)
+                row["full_f32"] = {"alpha": alpha(got),
+                                   "tv_to_full": float(rt.total_variation(got, full).mean())}
             rows.append(row)
     return {"n": n, "contexts": contexts, "calibration_rows": calibration, "seed": seed,
             "rows": rows}
@@ -55,13 +63,15 @@ def study(n=2048, contexts=32, calibration=256, keep=(0.25, 0.10), taus=None,
 
 def markdown(res) -> str:
     ranks = list(res["rows"][0]["ranks"]) if res["rows"] else []
+    f32 = bool(res["rows"]) and "full_f32" in res["rows"][0]
     head = ["kept", "tau", "TLI", "exact RDK", f"full (S = {res['calibration_rows']})"]
-    head += [f"r{r}" for r in ranks]
+    head += ["full, float32 products"] * f32 + [f"r{r}" for r in ranks]
     out = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
     for row in res["rows"]:
         cells = [f"{row['kept']:.0%}", f"{row['tau']:.3g}", f"{row['tli']:.4f}",
                  f"{row['rdk_exact']:.4f}", f"{row['first_order_full']:.4f}"]
-        cells += [f"{d['alpha']:.4f} (TV {d['tv_to_full']:.2g})" for d in row["ranks"].values()]
+        cells += [f"{d['alpha']:.4f} (TV {d['tv_to_full']:.2g})"
+                  for d in ([row["full_f32"]] if f32 else []) + list(row["ranks"].values())]
         out.append("| " + " | ".join(cells) + " |")
     return "\n".join(out)
 
@@ -69,8 +79,9 @@ def markdown(res) -> str:
 def main(argv=None):
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0],
                                  formatter_class=argparse.RawDescriptionHelpFormatter,
-                                 epilog="Cells: mean acceptance over the contexts; for a rank, "
-                                        "also the mean TV to the full factor's proposal.")
+                                 epilog="Cells: mean acceptance over the contexts; for a rank "
+                                        "and for float32 products, also the mean TV to the "
+                                        "full factor's proposal.")
     ap.add_argument("--n", type=int, default=2048, help="target vocabulary (default 2048)")
     ap.add_argument("--contexts", type=int, default=32, help="contexts (default 32)")
     ap.add_argument("--calibration", type=int, default=256, help="S, calibration rows (default 256)")

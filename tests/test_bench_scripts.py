@@ -4,6 +4,8 @@ import pathlib
 
 import pytest
 
+from rdk_theory import _fused
+
 _ROOT = pathlib.Path(__file__).resolve().parents[1]
 
 
@@ -27,6 +29,10 @@ def test_rank_accuracy_full_rank_is_the_full_factor_and_truncation_costs_tv():
         assert 0.0 <= d <= 1.0
     table = ra.markdown(res)
     assert table.count("\n") == 2 and "(TV " in table
+    if _fused.available():  # float32 products: the same kernel up to float32 round-off
+        assert row["full_f32"]["tv_to_full"] < 1e-5
+        assert row["full_f32"]["alpha"] == pytest.approx(row["first_order_full"], abs=1e-5)
+        assert "float32 products" in table and table.count("(TV ") == 3
 
 
 def test_rank_accuracy_cli_refuses_bad_input(capsys):
