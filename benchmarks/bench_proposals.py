@@ -21,11 +21,13 @@ with the full factor of S calibration rows, the fused engine with a float32 fact
 and 8, the fused engine on all of numba's threads (``_mt``) at ranks 1, 4, 8, the blas engine
 with the full factor in float64 and with float32 products (``blas_f32``), and the numpy engine
 at rank 8 and S; beside them ``read_S{S}_f32``, one read of the full factor stored in float32
-(``.sum()``): no engine of the full factor can take less, since every call needs every entry
-of ``C`` (``C^T u`` for every token). All at N = 32K, 128K, 152K, 262K, batch 1 and 64; for
-each method the worst ratio over N per batch and regime and whether it is within the 3x
-target (the read too: where it is not, no full-factor engine can be); the growth from N to
-2N of first-order RDK (expected about 2: linear) and of exact RDK with a dense N x N kernel
+on one core (``.sum()``), and ``read_S{S}_f32_mt``, the same on all cores (a BLAS
+matrix-vector product): every call of a full-factor engine reads every entry of ``C`` at least
+once (``C^T u`` for every token), so with a float32 factor none can take much less than the
+faster of the two reads, as fast as numpy and BLAS read here. All at N = 32K, 128K, 152K, 262K,
+batch 1 and 64; for each method the worst ratio over N per batch and regime and whether it is
+within the 3x target (the reads too); the growth from N to 2N of first-order RDK (expected
+about 2: linear) and of exact RDK with a dense N x N kernel
 (expected about 4: quadratic), the latter at N = 2K..16K where it fits; and, at the largest N
 and batch 64, the full factor's two matrix products alone (``V C^T`` and ``U C``, BLAS on all
 cores) against the floor: a lower bound on any engine that forms them.
@@ -101,6 +103,12 @@ def _first_order_kernels(cal, s, ranks, fused: bool):
     return out
 
 
+def _uses_blas(name):
+    """Whether a row runs BLAS products on all cores (it then runs after a pause)."""
+    return ("_blas" in name or name.endswith("_numpy")
+            or name.startswith("read_") and name.endswith("_mt"))
+
+
 @functools.lru_cache(maxsize=None)
 def _evictor():
     return cache_evictor()  # one 96 MiB buffer for the whole run
@@ -122,15 +130,17 @@ def bench_floor_ratios(sizes, batches, s, ranks, repeats, rng, fused, regimes=RE
             a = lambda r: np.minimum(p, r).sum(-1)  # noqa: E731
             floor = lambda: np.minimum(p, q).sum(-1)  # noqa: E731
             full32 = _centred(cal).astype(np.float32)
+            ones32 = np.ones(n, dtype=np.float32)
             fns = {"tli": lambda: a(rt.tli_proposal(q, vm, check=False)),
                    "marginal": lambda: a(mk.transport(q)),
                    f"read_S{s}_f32": full32.sum}
             fns.update({k: lambda fo=fo: fo.transport_with_acceptance(q, p)
                         for k, fo in _first_order_kernels(cal, s, ranks, fused).items()})
+            fns[f"read_S{s}_f32_mt"] = lambda: full32 @ ones32
             for regime in regimes:
                 floors, ratios = {}, {}
                 for name, fn in fns.items():
-                    if "_blas" in name or name.endswith("_numpy"):
+                    if _uses_blas(name):
                         time.sleep(0.2)  # let the previous rows' OpenMP workers fall asleep
                     t = median_times({"floor": floor, name: fn}, repeats, before=_before(regime))
                     floors[name] = 1e3 * t["floor"]
@@ -226,9 +236,9 @@ def _label(method):
     """Column label: ``first_order_r4_fused_f32`` -> ``r4 f32``; ``_numpy``, ``_mt`` kept."""
     if method in _LABELS:
         return _LABELS[method]
-    if method.startswith("read_"):  # read_S64_f32 -> S64 read f32
-        _, size, dtype = method.split("_")
-        return f"{size} read {dtype}"
+    if method.startswith("read_"):  # read_S64_f32_mt -> S64 read f32 mt
+        _, size, *rest = method.split("_")
+        return " ".join([size, "read"] + rest)
     _, _, size, *rest = method.split("_")
     return " ".join([size] + [t for t in rest if t != "fused"])
 

@@ -19,15 +19,15 @@ the epilogue runs on the calling thread (no numba thread pool: the two pools' sp
 workers cannot collide, see :mod:`rdk_theory._fused`).
 
 Precision: the products run in the dtype of ``left`` and ``right``. In float64 (what
-:class:`rdk_theory.first_order.FirstOrderCovarianceKernel` passes for a float64 factor) the
-result agrees with the numpy engine to float64 round-off. In float32 (``factor_dtype="float32"``
+:class:`rdk_theory.first_order.FirstOrderCovarianceKernel` passes unless float32 products are
+asked for) the result agrees with the numpy engine to float64 round-off. In float32 (``factor_dtype="float32"``
 with ``engine="blas"``, an explicit choice) ``q'`` and both matrices are rounded to float32 and
 the products accumulate in float32; everything else is float64. Then the vector is within
 :func:`float32_error_bound` of the float64 computation of the same kernel, not within float64
 round-off, and it sums to ``sum q'`` only up to that error. The error bound is the classical one
 for a dot product computed in any order (Higham, *Accuracy and Stability of Numerical
 Algorithms*, 2nd ed., 2002, Lemma 3.1 and section 3.1), applied to both products and to the
-roundings of the operands.
+roundings of the operands, with an absolute term for underflow.
 """
 from __future__ import annotations
 
@@ -155,19 +155,37 @@ def float32_error_bound(q_prime, left, right):
     (``left``, ``right`` given here in float64) and ``q''`` is the same formula in exact
     arithmetic.
 
-    With ``e = 2^-24`` and ``g(k) = k e / (1 - k e)``, each ``u_k`` is a float32 dot product of
-    rounded operands: ``|u^_k - u_k| <= g(N + 2) a_k`` with ``a = |q'| |left|^T``. Then
-    ``b_j = sum_k u_k right_kj`` (S + 1 terms) gives
-    ``|b^_j - b_j| <= sum_k |right_kj| ((1 + e) g(N + 2) a_k + e |u_k|
-    + g(S + 1) (1 + e) (|u_k| + g(N + 2) a_k))``, and ``|u_k| <= a_k``. The float64 epilogue adds
-    its own round-off, and an entry of ``q'`` below float32's normal range loses up to
-    ``2^-149`` absolutely; both are far below this bound and are left to the caller's float64
-    slack. Costs two products: for tests and audits.
+    Model: the standard one of floating-point arithmetic extended by an absolute error for
+    underflow (Higham, chapter 2): every float32 operation, the roundings of the operands
+    included, returns ``x (1 + d) + h`` with ``|d| <= e = 2^-24`` and ``|h| <= eta = 2^-126``
+    (the smallest normal number: this covers gradual underflow and flush to zero alike).
+    Let ``g(k) = k e / (1 - k e)``, ``n = N``, ``m = S + 1``, ``a = |q'| |left|^T``.
+
+    * First product, ``u^_k`` against ``u_k = sum_j q'_j left_kj``: the two operand roundings
+      and the n-term sum give ``|u^_k - u_k| <= g(n + 2) a_k + U_k`` with
+      ``U_k = (1 + g(n)) eta ((1 + e) sum_j (|left_kj| + |q'_j|) + n (2 + eta))``
+      (an absolute error per operand rounding, times the other operand, and at most one per
+      product and per addition, each grown by at most ``1 + g(n)`` by later roundings).
+    * Second product, ``b^_j`` against ``b_j = sum_k u_k right_kj``, with
+      ``R_kj = |right_kj| (1 + e) + eta`` bounding the rounded ``|right|``:
+      ``|b^_j - b_j| <= sum_k (g(n + 2) a_k + U_k) R_kj + sum_k a_k (e |right_kj| + eta)
+      + g(m) sum_k (a_k (1 + g(n + 2)) + U_k) R_kj + 2 m eta (1 + g(m))``,
+      using ``|u_k| <= a_k``.
+
+    The float64 epilogue adds only float64 round-off (the float32 to float64 conversion is
+    exact), which the caller's float64 slack covers. Without underflow the ``eta`` terms are
+    below 1e-30 and the bound is relative: about ``g(N + 2) (|right|^T a)_j``. Costs two
+    products: for tests and audits.
     """
-    e = 2.0 ** -24
+    e, eta = 2.0 ** -24, 2.0 ** -126
+    q = np.abs(np.asarray(q_prime, dtype=np.float64))
+    left, right = np.abs(left), np.abs(right)
     n, m = left.shape[1], left.shape[0]
     g = lambda k: k * e / (1 - k * e)  # noqa: E731
-    gn, gs = g(n + 2), g(m)
-    a = np.abs(q_prime) @ np.abs(left).T
-    k = (1 + e) * gn + e + gs * (1 + e) * (1 + gn)
-    return k * (a @ np.abs(right))
+    gn, gm = g(n + 2), g(m)
+    a = q @ left.T  # (..., m)
+    big_u = (1 + g(n)) * eta * ((1 + e) * (left.sum(axis=1) + q.sum(axis=-1, keepdims=True))
+                                + n * (2 + eta))
+    r = right * (1 + e) + eta
+    return ((gn * a + big_u) @ r + e * (a @ right) + eta * a.sum(axis=-1, keepdims=True)
+            + gm * ((a * (1 + gn) + big_u) @ r) + 2 * m * eta * (1 + gm))

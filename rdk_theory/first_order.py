@@ -23,8 +23,8 @@ numba; one thread by default, ``threads=`` for more) and ``"blas"`` (the numpy e
 products in blocks of the vocabulary, each followed by one compiled pass that writes ``q''`` and
 sums the acceptance, :mod:`rdk_theory._blocked`, needs numba). ``"auto"`` (the default) takes,
 when numba is installed, the fused engine for a factor of at most ``_fused.AUTO_MAX_ROWS`` rows (a
-truncated rank) and the blas engine for a larger float64 factor (a full calibration factor, where
-BLAS products beat hand-written loops); otherwise the numpy engine. The engines agree to float64
+truncated rank) and the blas engine, with float64 products, for a larger factor (a full
+calibration factor, where BLAS products beat hand-written loops); otherwise the numpy engine. The engines agree to float64
 round-off, with one exception that must be asked for: ``engine="blas"`` with
 ``factor_dtype="float32"`` computes the two products in float32 arithmetic (see
 :mod:`rdk_theory._blocked` for its error bound). Torch tensors and exact ``Fraction`` arrays
@@ -46,6 +46,21 @@ def _plain(x) -> bool:
     """A non-empty numpy float64 array of at least one axis (not a subclass): the decode-loop
     input, tested with a few attribute reads because the test runs on every call."""
     return type(x) is np.ndarray and x.dtype == _F64 and x.ndim > 0 and x.size > 0
+
+
+def _target_fits(p, q) -> bool:
+    """Whether a compiled engine can take the target ``p`` beside ``q``: a real numpy array
+    that broadcasts to ``q``'s shape without adding axes. Anything else (a list, a tensor,
+    exact ``Fraction`` arrays, a target with more leading axes than ``q'``) goes to
+    :func:`rdk_theory.acceptance_rate`, which broadcasts both."""
+    if _plain(p) and p.shape == q.shape:
+        return True
+    if not isinstance(p, np.ndarray) or p.dtype.kind not in "fiu" or p.ndim > q.ndim:
+        return False
+    try:
+        return np.broadcast_shapes(p.shape, q.shape) == q.shape
+    except ValueError:
+        return False
 
 
 class FirstOrderCovarianceKernel:
@@ -109,6 +124,11 @@ class FirstOrderCovarianceKernel:
             stored, shift = c, np.zeros(c.shape[0])
         else:
             raise InputError(f"factor_dtype must be 'float64' or 'float32', got {factor_dtype!r}")
+        if engine == "blas" and factor_dtype == "float32" and c.size and (
+                np.abs(c).max() / tau >= np.finfo(np.float32).max):
+            raise InputError(f"tau = {tau:g} puts C / tau beyond float32's range: float32 "
+                             "products (engine='blas', factor_dtype='float32') cannot hold it; "
+                             "use factor_dtype='float64'")
         self.factor_dtype = factor_dtype
         self.factor, self.tau, self.n = c, float(tau), int(c.shape[1])
         a = (c * c).sum(axis=0) / self.tau  # diag(Omega) / tau, >= 0
@@ -206,8 +226,7 @@ class FirstOrderCovarianceKernel:
         ``transport`` followed by :func:`rdk_theory.acceptance_rate` on trusted arrays.
         """
         engine = self._route(q_prime)
-        if engine and (_plain(target_probs) or not B.is_torch(target_probs)
-                       and not B.is_exact(target_probs)):
+        if engine and _target_fits(target_probs, q_prime):
             return self._run(engine, q_prime, target_probs)
         out = self.transport(q_prime)
         # mixed numpy/torch input: the acceptance is computed on the tensor's device
@@ -223,20 +242,18 @@ class FirstOrderCovarianceKernel:
     def _compiled_engine(self):
         """The engine for plain numpy float64 input: ``"fused"``, ``"blas"`` or None (the numpy
         engine). ``"auto"`` with numba importable takes the fused engine for at most
-        ``_fused.AUTO_MAX_ROWS`` factor rows and the blas engine for more when the factor is
-        float64 (a float32 factor keeps float64 arithmetic on the numpy engine unless
-        ``engine="blas"`` is asked for). Decided on first use (numba is imported then, not with
-        the package) and kept: the decode-loop call then does a handful of checks before the
+        ``_fused.AUTO_MAX_ROWS`` factor rows and the blas engine for more, with float64
+        products whatever ``factor_dtype`` (float32 products only with ``engine="blas"``, see
+        :meth:`_blas_arrays`). Decided on first use (numba is imported then, not with the
+        package) and kept: the decode-loop call then does a handful of checks before the
         compiled kernel."""
         if self._compiled is False:
             engine = self.engine
             if engine == "auto":
                 engine = None
                 if _fused.available():
-                    if self.factor.shape[0] <= _fused.AUTO_MAX_ROWS:
-                        engine = "fused"
-                    elif self.factor_dtype == "float64":
-                        engine = "blas"
+                    small = self.factor.shape[0] <= _fused.AUTO_MAX_ROWS
+                    engine = "fused" if small else "blas"
             self._compiled = engine if engine in ("fused", "blas") else None
         return self._compiled
 
@@ -264,10 +281,11 @@ class FirstOrderCovarianceKernel:
         return _blocked.first_order(q_prime, target_probs, self._blas_arrays())
 
     def _blas_arrays(self):
-        """``(left, right, coef)`` for the blas engine: the numpy engine's float64 matrices, or,
-        for a float32 factor, their float32 roundings (built once; the float64 ones are then
-        not kept)."""
-        if self.factor_dtype == "float64":
+        """``(left, right, coef)`` for the blas engine: the numpy engine's float64 matrices
+        (float64 products, also for a float32 factor taken by ``engine="auto"``), or, for
+        ``engine="blas"`` with a float32 factor, their float32 roundings, built once and kept
+        instead of the float64 ones (which are built only if a torch call needs them)."""
+        if not (self.engine == "blas" and self.factor_dtype == "float32"):
             return self._arrays(self.factor)
         if self._products32 is None:
             if self._products is None:

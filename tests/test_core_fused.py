@@ -4,6 +4,8 @@ The two engines compute the same formula in a different summation order, so they
 float64 round-off (``tests.tolerances``), including rows that need the clip, chunk and block
 boundaries, and ranks that leave the last group of four factor rows short.
 """
+from fractions import Fraction
+
 import numpy as np
 import pytest
 
@@ -238,9 +240,16 @@ def test_shapes_zero_rows_and_sub_stochastic_input():
     assert np.array_equal(q, before)
 
 
-def test_torch_and_fraction_inputs_take_their_own_backend():
+@pytest.mark.parametrize("engine", ["fused", "blas"])
+def test_torch_and_fraction_inputs_take_their_own_backend(engine):
     cal, q, _ = _case(20, seed=2, batch=(2,))
-    fused = rt.FirstOrderCovarianceKernel(cal, 0.05, engine="fused")
+    fused = rt.FirstOrderCovarianceKernel(cal, 0.05, engine=engine)
+    exact = np.array([Fraction(x) for x in q[0]], dtype=object)
+    # a Fraction array takes the object-array path (the float factor makes its entries
+    # floats), never the compiled engine, which would refuse it
+    got_exact = fused.transport(exact)
+    assert got_exact.dtype == object
+    assert_close(got_exact.astype(float), fused.transport(q[0]))
     torch = pytest.importorskip("torch")
     got = fused.transport(torch.from_numpy(q))
     assert isinstance(got, torch.Tensor)
@@ -255,6 +264,8 @@ def test_auto_falls_back_to_numpy_without_numba(monkeypatch):
     auto = rt.FirstOrderCovarianceKernel(cal, 0.05)
     assert auto._route(q) is None
     assert np.array_equal(auto.transport(q), ref)  # literally the numpy engine
+    big, _, _ = _case(40, seed=4, s=_fused.AUTO_MAX_ROWS + 8)
+    assert rt.FirstOrderCovarianceKernel(big, 0.05)._route(q) is None  # not blas either
     for engine in ("fused", "blas"):
         with pytest.raises(rt.InputError, match=f"engine='{engine}' needs numba"):
             rt.FirstOrderCovarianceKernel(cal, 0.05, engine=engine)
@@ -270,9 +281,13 @@ def test_auto_takes_fused_for_a_truncated_rank_and_blas_for_a_large_factor():
     assert fo(cal, 0.05, engine="fused")._route(q) == "fused"
     assert fo(cal, 0.05, rank=2, engine="blas")._route(q) == "blas"
     assert fo(cal, 0.05, engine="numpy")._route(q) is None
-    # float32 arithmetic is never chosen for the user: a large float32 factor stays on numpy
-    assert fo(cal, 0.05, factor_dtype="float32")._route(q) is None
-    assert fo(cal, 0.05, factor_dtype="float32", engine="blas")._route(q) == "blas"
+    # float32 arithmetic is never chosen for the user: a large float32 factor on auto takes
+    # the blas engine with float64 products, the numpy engine's arithmetic
+    auto32 = fo(cal, 0.05, factor_dtype="float32")
+    assert auto32._route(q) == "blas" and auto32._blas_arrays()[0].dtype == np.float64
+    assert_close(auto32.transport(q), fo(cal, 0.05, factor_dtype="float32", engine="numpy").transport(q))
+    forced = fo(cal, 0.05, factor_dtype="float32", engine="blas")
+    assert forced._route(q) == "blas" and forced._blas_arrays()[0].dtype == np.float32
 
 
 def test_engine_is_read_only_and_an_empty_factor_is_refused():
