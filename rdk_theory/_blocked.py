@@ -20,9 +20,10 @@ workers cannot collide, see :mod:`rdk_theory._fused`).
 
 Precision: the products run in the dtype of ``left`` and ``right``. In float64 (what
 :class:`rdk_theory.first_order.FirstOrderCovarianceKernel` passes unless float32 products are
-asked for) the result agrees with the numpy engine to float64 round-off. In float32 (``factor_dtype="float32"``
-with ``engine="blas"``, an explicit choice) ``q'`` and both matrices are rounded to float32 and
-the products accumulate in float32; everything else is float64. Then the vector is within
+asked for) the result agrees with the numpy engine to float64 round-off. In float32
+(``factor_dtype="float32"`` with ``engine="blas"``, an explicit choice) ``q'`` and both
+matrices are rounded to float32 and the products accumulate in float32; everything else is
+float64. Then the vector is within
 :func:`float32_error_bound` of the float64 computation of the same kernel, not within float64
 round-off, and it sums to ``sum q'`` only up to that error. The error bound is the classical one
 for a dot product computed in any order (Higham, *Accuracy and Stability of Numerical

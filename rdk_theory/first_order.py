@@ -24,11 +24,11 @@ products in blocks of the vocabulary, each followed by one compiled pass that wr
 sums the acceptance, :mod:`rdk_theory._blocked`, needs numba). ``"auto"`` (the default) takes,
 when numba is installed, the fused engine for a factor of at most ``_fused.AUTO_MAX_ROWS`` rows (a
 truncated rank) and the blas engine, with float64 products, for a larger factor (a full
-calibration factor, where BLAS products beat hand-written loops); otherwise the numpy engine. The engines agree to float64
-round-off, with one exception that must be asked for: ``engine="blas"`` with
-``factor_dtype="float32"`` computes the two products in float32 arithmetic (see
-:mod:`rdk_theory._blocked` for its error bound). Torch tensors and exact ``Fraction`` arrays
-always take the array path of their own backend.
+calibration factor, where BLAS products beat hand-written loops); otherwise the numpy engine.
+The engines agree to float64 round-off, with one exception that must be asked for:
+``engine="blas"`` with ``factor_dtype="float32"`` computes the two products in float32
+arithmetic (see :mod:`rdk_theory._blocked` for its error bound). Torch tensors and exact
+``Fraction`` arrays always take the array path of their own backend.
 """
 from __future__ import annotations
 
