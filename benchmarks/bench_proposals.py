@@ -27,8 +27,8 @@ once (``C^T u`` for every token), so with a float32 factor none can take much le
 faster of the two reads, as fast as numpy and BLAS read here. All at N = 32K, 128K, 152K, 262K,
 batch 1 and 64; for each method the worst ratio over N per batch and regime and whether it is
 within the 3x target (the reads too); the growth from N to 2N of first-order RDK (expected
-about 2: linear) and of exact RDK with a dense N x N kernel
-(expected about 4: quadratic), the latter at N = 2K..16K where it fits; and, at the largest N
+about 2: linear) and of exact RDK with a dense N x N kernel (expected about 4: quadratic), the
+latter at N = 2K..16K where it fits; and, at the largest N
 and batch 64, the full factor's two matrix products alone (``V C^T`` and ``U C``, BLAS on all
 cores) against the floor: a lower bound on any engine that forms them.
 
@@ -75,16 +75,16 @@ def _centred(cal):
     return rt.FirstOrderCovarianceKernel(cal, 1.0, engine="numpy").factor
 
 
-def _first_order_kernels(cal, s, ranks, fused: bool):
-    """``{label: kernel}`` in timing order: with numba, the fused engine on one thread (its
-    default) at every rank and S with a float64 factor, at the two largest ranks with a float32
-    one, and on all of numba's threads (``_mt``) at ranks 1, 4 and the largest; then, always, the
-    numpy engine at the largest rank and S. Truncated factors come from one SVD of the full
-    factor."""
-    full = rt.FirstOrderCovarianceKernel(cal, rt.case.default_tau(cal), engine="numpy")
-    _, sv, vt = np.linalg.svd(full.factor, full_matrices=False)
+def _first_order_kernels(full, tau, s, ranks, fused: bool):
+    """``{label: kernel}`` in timing order for the full factor ``full`` (S, N): with numba, the
+    fused engine on one thread (its default) at every rank and S with a float64 factor, at the
+    two largest ranks with a float32 one, and on all of numba's threads (``_mt``) at ranks 1, 4
+    and the largest, then the blas engine at S with float64 and with float32 products; then,
+    always, the numpy engine at the largest rank and S. Truncated factors come from one SVD of
+    the full factor."""
+    _, sv, vt = np.linalg.svd(full, full_matrices=False)
     factor = {f"r{r}": sv[:r, None] * vt[:r] for r in ranks}
-    factor[f"S{s}"] = full.factor
+    factor[f"S{s}"] = full
     plan = []
     if fused:
         plan += [("fused", "float64", None, tuple(factor)),
@@ -99,7 +99,7 @@ def _first_order_kernels(cal, s, ranks, fused: bool):
         for label in labels:
             tag = engine + ("_f32" if dtype == "float32" else "") + ("_mt" if threads else "")
             out[f"first_order_{label}_{tag}"] = rt.FirstOrderCovarianceKernel.from_factor(
-                factor[label], full.tau, engine=engine, factor_dtype=dtype, threads=threads)
+                factor[label], tau, engine=engine, factor_dtype=dtype, threads=threads)
     return out
 
 
@@ -129,13 +129,15 @@ def bench_floor_ratios(sizes, batches, s, ranks, repeats, rng, fused, regimes=RE
             mk = rt.MarginalKernel(np.full(n, 1.0 / n), 0.1)
             a = lambda r: np.minimum(p, r).sum(-1)  # noqa: E731
             floor = lambda: np.minimum(p, q).sum(-1)  # noqa: E731
-            full32 = _centred(cal).astype(np.float32)
+            full = _centred(cal)
+            full32 = full.astype(np.float32)
             ones32 = np.ones(n, dtype=np.float32)
             fns = {"tli": lambda: a(rt.tli_proposal(q, vm, check=False)),
                    "marginal": lambda: a(mk.transport(q)),
                    f"read_S{s}_f32": full32.sum}
             fns.update({k: lambda fo=fo: fo.transport_with_acceptance(q, p)
-                        for k, fo in _first_order_kernels(cal, s, ranks, fused).items()})
+                        for k, fo in _first_order_kernels(full, rt.case.default_tau(cal), s,
+                                                          ranks, fused).items()})
             fns[f"read_S{s}_f32_mt"] = lambda: full32 @ ones32
             for regime in regimes:
                 floors, ratios = {}, {}

@@ -78,14 +78,17 @@ def _epilogue_py(buf, q, p, with_alpha, coef, out, r0, j0, alpha, low):
 
 
 def _epilogue():
-    """The compiled epilogue, jitted on first use (machine code cached on disk); the same
-    options as the fused engine: re-association for vectorised sums, NaN still propagates."""
+    """The compiled epilogue and the fused engine's row clip (:func:`_fused._clip_row_py`, so
+    both engines clip and renormalise with the same loop), jitted on first use (machine code
+    cached on disk) with the fused engine's options: re-association for vectorised sums, NaN
+    still propagates."""
     if "epilogue" not in _compiled:
         import numba
 
-        _compiled["epilogue"] = numba.njit(
-            cache=True, nogil=True, boundscheck=False,
-            fastmath={"reassoc", "contract", "nsz", "arcp"})(_epilogue_py)
+        jit = numba.njit(cache=True, nogil=True, boundscheck=False,
+                         fastmath={"reassoc", "contract", "nsz", "arcp"})
+        _compiled["clip_row"] = jit(_fused._clip_row_py)
+        _compiled["epilogue"] = jit(_epilogue_py)
     return _compiled["epilogue"]
 
 
@@ -141,12 +144,9 @@ def first_order(q_prime, target_probs, arrays, *, rows: int = ROWS,
             buf = flat[:u.shape[0] * m].reshape(u.shape[0], m)
             np.matmul(u, right[:, j0:j0 + m], out=buf)
             epilogue(buf, q2, p2, with_alpha, coef, out, r0, j0, alpha, low)
+    clip_row = _compiled["clip_row"]
     for i in np.flatnonzero(low < 0):  # rare: clip, renormalise, recompute the acceptance
-        row = np.maximum(out[i], 0.0, out=out[i])
-        tot = row.sum()
-        row *= q2[i].sum() / tot if tot > 0 else 0.0
-        if with_alpha:
-            alpha[i] = np.minimum(row, p2[i]).sum()
+        clip_row(q2, p2, with_alpha, out, int(i), alpha)
     return out.reshape(shape), (alpha.reshape(shape[:-1])[()] if with_alpha else None)
 
 

@@ -68,9 +68,9 @@ _FACTOR_BYTES_PER_ROW = 2 << 20
 #: floor in blocks of 4 rows, 3.1x one row at a time; from N = 131K one row fills it and
 #: nothing changes). With several threads the batch still makes one block per thread at least.
 _ROW_BYTES_PER_BLOCK = 1 << 20
-#: ``engine="auto"`` takes the fused engine up to this many factor rows. Beyond, the numpy
-#: engine's BLAS products (multi-threaded) win: benchmarks/results_cpu.json, S = 64 against
-#: rank 8 at batch 1 and 64.
+#: ``engine="auto"`` takes the fused engine up to this many factor rows. Beyond, BLAS products
+#: (multi-threaded) win, and auto takes the blas engine (:mod:`rdk_theory._blocked`):
+#: benchmarks/results_cpu.json, S = 64 against rank 8 at batch 1 and 64.
 AUTO_MAX_ROWS = 16
 _compiled: dict = {}
 _F64 = np.dtype(np.float64)
