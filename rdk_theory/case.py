@@ -87,7 +87,7 @@ def case_from_arrays(*, target_probs=None, draft_probs=None, draft_to_target=Non
                          f"{q.shape[1]} columns")
     cal = None
     if calibration_probs is not None:
-        cal = _renormalised(as_calibration(calibration_probs, n_target=p.shape[1]))
+        cal = as_calibration(calibration_probs, n_target=p.shape[1])  # renormalised
     ker = None
     if kernel is not None:
         ker = as_real_array(kernel, "kernel")
@@ -124,7 +124,8 @@ def kernels_for(case: Case, kind: str = "identity", *, tau: float | None = None,
         raise InputError(f"unknown kernel '{kind}'; choose from {', '.join(KERNEL_CHOICES)}")
     if need_first_order is None:
         need_first_order = kind == "covariance"
-    needs_cal = kind in ("marginal", "covariance") or need_first_order
+    # a kernel that is not built is not checked either (sample --sampler tli ignores --kernel)
+    needs_cal = (need_exact and kind in ("marginal", "covariance")) or need_first_order
     if needs_cal and case.calibration_probs is None:
         raise InputError(f"the {kind if kind != 'identity' else 'first-order'} kernel needs "
                          "'calibration_probs' (S, N_T) in the case file")
@@ -148,4 +149,4 @@ def _exact_kernel(case: Case, kind: str, tau, lam):
         return CovarianceSoftmaxKernel(case.calibration_probs, tau)
     if case.kernel is None:
         raise InputError("--kernel dense needs a 'kernel' (N_T, N_T) array in the case file")
-    return DenseKernel(case.kernel)
+    return DenseKernel(case.kernel, copy=False)  # checked again; a case's kernel is its own copy

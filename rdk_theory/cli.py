@@ -49,6 +49,7 @@ def build_parser() -> argparse.ArgumentParser:
             print(f"warning: command '{ep.name}' unavailable: {exc}", file=sys.stderr)
             continue
         register(sub)
+    parser.set_defaults(command_names=tuple(sub.choices))  # named when no COMMAND is given
     return parser
 
 
@@ -66,9 +67,9 @@ def main(argv: list[str] | None = None) -> int:
     parser = build_parser()
     args = parser.parse_args(argv)
     if not getattr(args, "func", None):
-        parser.print_usage(sys.stderr)
-        print("error: rdk-theory: a COMMAND is required (see 'rdk-theory --help')",
-              file=sys.stderr)
+        names = ", ".join(args.command_names)
+        print(f"error: rdk-theory: a COMMAND is required, one of: {names} (see 'rdk-theory "
+              "--help')", file=sys.stderr)
         return EXIT_BAD_INPUT
     try:
         return int(args.func(args) or 0)

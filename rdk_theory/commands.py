@@ -145,7 +145,8 @@ def register_all(sub) -> None:
                     "Every step is lossless: the emitted\ntoken follows p exactly, whatever the "
                     "sampler. rdk_exact uses --kernel (identity by default,\nwhich makes it "
                     "TLI); rdk_first_order always approximates the covariance kernel (it "
-                    "needs\ncalibration_probs).",
+                    "needs\ncalibration_probs); vanilla and tli use no kernel and ignore the "
+                    "kernel options.",
         epilog=CASE_HELP + "\n\nexample:\n  rdk-theory sample case.npz --sampler "
                "rdk_first_order --context 0 --n 100000 --seed 1 --json\n  -> {\"counts\": "
                "[N_T ints], \"accepted\": int, \"n\": 100000}")

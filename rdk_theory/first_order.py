@@ -48,6 +48,17 @@ def _plain(x) -> bool:
     return type(x) is np.ndarray and x.dtype == _F64 and x.ndim > 0 and x.size > 0
 
 
+def _check_tau(tau) -> None:
+    """A softmax temperature: a real number, finite and > 0 (overflow of ``C / tau`` is
+    checked once the factor is known, in :meth:`FirstOrderCovarianceKernel._setup`)."""
+    try:
+        ok = bool(tau > 0 and np.isfinite(tau))
+    except TypeError:
+        ok = False
+    if not ok:
+        raise InputError(f"tau must be finite and > 0, got {tau!r}")
+
+
 def _target_fits(p, q) -> bool:
     """Whether a compiled engine can take the target ``p`` beside ``q``: a real numpy array
     that broadcasts to ``q``'s shape without adding axes. Anything else (a list, a tensor,
@@ -81,13 +92,11 @@ class FirstOrderCovarianceKernel:
 
     def __init__(self, calibration_probs, tau: float, *, rank: int | None = None,
                  engine: str = "auto", factor_dtype: str = "float64", threads: int | None = None):
+        # rows renormalised exactly (as_calibration): then every row of C sums to 0, which is
+        # what makes the first-order vector sum to sum q' without a renormalising pass
         cal = as_calibration(calibration_probs)
-        if not (tau > 0 and np.isfinite(tau)):
-            raise InputError(f"tau must be finite and > 0, got {tau}")
+        _check_tau(tau)
         s, n = cal.shape
-        # Rows renormalised exactly: then every row of C sums to 0, which is what makes the
-        # first-order vector sum to sum q' without a renormalising pass (validation allows 1e-4).
-        cal = cal / cal.sum(axis=1, keepdims=True)
         c = _centred_factor(cal)  # (S, N): Omega = c.T @ c
         if rank is not None:
             if not 1 <= rank <= min(s, n):
@@ -124,14 +133,22 @@ class FirstOrderCovarianceKernel:
             stored, shift = c, np.zeros(c.shape[0])
         else:
             raise InputError(f"factor_dtype must be 'float64' or 'float32', got {factor_dtype!r}")
+        tau = float(tau)
+        with np.errstate(over="ignore"):
+            a = (c * c).sum(axis=0) / tau  # diag(Omega) / tau, >= 0
+            big = max(float(a.max(initial=0.0)), float(np.abs(c).max(initial=0.0)) / tau,
+                      1.0 / tau)
+        if not np.isfinite(big):
+            # the exact kernel refuses the same tau (kernels.CovarianceSoftmaxKernel)
+            raise InputError(f"Omega / tau or C / tau overflows at tau = {tau:g}: choose a "
+                             "larger tau")
         if engine == "blas" and factor_dtype == "float32" and c.size and (
                 np.abs(c).max() / tau >= np.finfo(np.float32).max):
             raise InputError(f"tau = {tau:g} puts C / tau beyond float32's range: float32 "
                              "products (engine='blas', factor_dtype='float32') cannot hold it; "
                              "use factor_dtype='float64'")
         self.factor_dtype = factor_dtype
-        self.factor, self.tau, self.n = c, float(tau), int(c.shape[1])
-        a = (c * c).sum(axis=0) / self.tau  # diag(Omega) / tau, >= 0
+        self.factor, self.tau, self.n = c, tau, int(c.shape[1])
         # Z = exp(a) + N - 1 - a >= N > 0. Written with exp(-a) so a large a cannot overflow:
         # 1/Z = e^-a / (1 + (N-1-a) e^-a), (e^a - 1)/Z = (1 - e^-a) / (1 + (N-1-a) e^-a).
         e = np.exp(-a)
@@ -147,10 +164,11 @@ class FirstOrderCovarianceKernel:
     @classmethod
     def from_factor(cls, factor, tau: float, *, engine: str = "auto",
                     factor_dtype: str = "float64", threads: int | None = None):
-        """Build from a precomputed factor ``C`` (S or r, N) with ``Omega = C^T C``."""
-        if not tau > 0:
-            raise InputError(f"tau must be > 0, got {tau}")
-        c = as_real_array(factor, "factor")
+        """Build from a precomputed factor ``C`` (S or r, N) with ``Omega = C^T C``.
+
+        The factor is copied: later edits of the caller's array do not reach the kernel."""
+        _check_tau(tau)
+        c = np.array(as_real_array(factor, "factor"), dtype=np.float64, order="C", copy=True)
         if c.ndim != 2 or c.shape[0] < 1 or c.shape[1] < 1 or not np.all(np.isfinite(c)):
             raise InputError(f"factor must be a finite 2-D (r, N) array with r, N >= 1, "
                              f"got shape {c.shape}")
@@ -266,10 +284,12 @@ class FirstOrderCovarianceKernel:
             return self._compiled_engine()
         if self.engine == "numpy" or B.is_torch(q_prime) or B.is_exact(q_prime):
             return None
-        usable = (isinstance(q_prime, np.ndarray) and q_prime.dtype == np.float64
-                  and q_prime.ndim >= 1 and q_prime.size > 0)
+        f64 = isinstance(q_prime, np.ndarray) and q_prime.dtype == np.float64
+        if f64 and q_prime.ndim >= 1 and q_prime.size == 0:
+            return None  # an empty batch: the array path returns its empty result on any engine
+        usable = f64 and q_prime.ndim >= 1
         if self.engine in ("fused", "blas") and not usable:
-            raise InputError(f"engine={self.engine!r} takes a non-empty numpy float64 array, "
+            raise InputError(f"engine={self.engine!r} takes a numpy float64 array, "
                              f"got {type(q_prime).__name__} {getattr(q_prime, 'dtype', '')}")
         return self._compiled_engine() if usable else None
 

@@ -44,6 +44,15 @@ class _DeviceCache:
         return self._cache[k]
 
 
+def _shares_memory(array: np.ndarray, source) -> bool:
+    """Whether the host ``array`` made from ``source`` may be ``source``'s own memory: an
+    ndarray (or a view of one), or a torch tensor on the CPU (numpy reads it in place); a
+    list or a CUDA tensor has been copied already."""
+    if isinstance(source, np.ndarray):
+        return np.may_share_memory(array, source)
+    return B.is_torch(source) and source.device.type == "cpu"
+
+
 class IdentityKernel:
     """``M = I``: exact RDK with this kernel equals TLI (statement O3)."""
 
@@ -57,11 +66,17 @@ class IdentityKernel:
 
 
 class DenseKernel:
-    """A user-given dense row-stochastic matrix (N_T, N_T); float64 or ``Fraction`` entries."""
+    """A user-given dense row-stochastic matrix (N_T, N_T); float64 or ``Fraction`` entries.
 
-    def __init__(self, matrix, *, check: bool = True, name: str = "kernel"):
+    The matrix is copied (later edits of the caller's array would bypass the checks); for a
+    kernel too large to hold twice, ``copy=False`` keeps the caller's array, which the caller
+    must then leave unchanged."""
+
+    def __init__(self, matrix, *, check: bool = True, name: str = "kernel", copy: bool = True):
         m = matrix if (isinstance(matrix, np.ndarray) and matrix.dtype == object) else \
             as_real_array(matrix, name)
+        if copy and _shares_memory(m, matrix):
+            m = m.copy()
         if m.ndim != 2 or m.shape[0] != m.shape[1]:
             raise InputError(f"{name} must be a square (N_T, N_T) matrix, got shape {m.shape}")
         if check:
@@ -88,7 +103,10 @@ class SparseKernel:
 
         if not sp.issparse(matrix):
             raise InputError(f"{name} must be a scipy.sparse matrix")
-        m = sp.csr_matrix(matrix, dtype=np.float64)
+        if matrix.dtype.kind not in "biuf":
+            raise InputError(f"{name} must hold real numbers, got dtype {matrix.dtype}")
+        # a copy: later edits of the caller's matrix cannot bypass the checks below
+        m = sp.csr_matrix(matrix, dtype=np.float64, copy=True)
         if m.shape[0] != m.shape[1]:
             raise InputError(f"{name} must be square, got shape {m.shape}")
         if check:
@@ -112,6 +130,10 @@ class SparseKernel:
             mt = self._torch[key]
             flat = q_prime.reshape(-1, self.n).T  # (N, batch)
             return torch.sparse.mm(mt, flat).T.reshape(q_prime.shape)
+        if B.is_exact(q_prime):
+            raise InputError("a scipy.sparse kernel holds float64 entries and cannot transport "
+                             "exact Fraction input: use a DenseKernel of Fractions (an object "
+                             "array) for the exact tier")
         flat = np.asarray(q_prime).reshape(-1, self.n)
         return np.asarray((self.matrix_t @ flat.T).T).reshape(q_prime.shape)
 
@@ -137,8 +159,12 @@ class MarginalKernel:
         if not (0 <= lam <= 1):
             raise InputError(f"lam must be in [0, 1], got {lam}")
         # a private host copy: later edits by the caller cannot leak in; torch input (any
-        # device) is copied to the host, and transport moves it to each input's device
+        # device) is copied to the host, and transport moves it to each input's device. A float
+        # w (validated to sum to 1 within PROB_ATOL) is renormalised so that the kernel is
+        # row-stochastic to round-off; Fraction entries sum to 1 exactly already.
         self.w = np.array(B.to_numpy(w), copy=True)
+        if self.w.dtype != object:
+            self.w /= self.w.sum()
         self.lam = lam
         self.n = int(w.shape[0])
         self._torch = _DeviceCache()
@@ -200,7 +226,7 @@ def covariance_softmax_kernel(calibration_probs, tau: float) -> DenseKernel:
     :class:`CovarianceSoftmaxKernel`, formed at once.
     """
     rows = CovarianceSoftmaxKernel(calibration_probs, tau)
-    return DenseKernel(rows.rows(np.arange(rows.n)), check=False)
+    return DenseKernel(rows.rows(np.arange(rows.n)), check=False, copy=False)
 
 
 def _centred_factor(cal: np.ndarray) -> np.ndarray:

@@ -145,10 +145,16 @@ def as_real_array(x, name: str) -> np.ndarray:
 
 
 def as_calibration(x, name: str = "calibration_probs", n_target: int | None = None):
-    """Calibration next-token distributions as a (S, N_T) float64 numpy array with S >= 1.
+    """Calibration next-token distributions as a (S, N_T) float64 numpy array with S >= 1,
+    each row divided by its sum.
 
     Kernels are built once, on the host, from their calibration rows: a torch tensor (on any
-    device) is validated, then copied to the host."""
+    device) is validated, then copied to the host. Rows are validated to sum to 1 within
+    ``PROB_ATOL`` and then renormalised exactly, so that every kernel built from the same rows
+    (exact covariance-softmax, first-order, marginal) sees the same ``Omega`` and ``mu``, and
+    ``Omega``'s rows sum to 0, which the first-order formula relies on. The result is a new
+    array: later edits of the caller's rows do not reach a kernel. ``Fraction`` rows, which
+    sum to 1 exactly, are returned as given."""
     cal = as_prob_array(x, name)
     if _is_torch(cal):
         cal = host(cal).astype(np.float64)
@@ -157,7 +163,9 @@ def as_calibration(x, name: str = "calibration_probs", n_target: int | None = No
                          f"{cal.shape}")
     if n_target is not None and cal.shape[1] != n_target:
         raise InputError(f"{name} must be (S, {n_target}), got {cal.shape}")
-    return cal
+    if cal.dtype == object:
+        return cal
+    return cal / cal.sum(axis=1, keepdims=True)
 
 
 def _is_torch(x) -> bool:

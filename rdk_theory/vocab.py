@@ -199,9 +199,26 @@ def pruned_draft_probs(draft_probs_full, vocab_map: VocabMap):
                          f"id {top}: its last axis must be the full drafter's vocabulary")
     if is_torch:  # stays on its device
         q = full.index_select(-1, vocab_map.on_device("dst", full.device))
-        return q / q.sum(-1, keepdim=True)
+        mass = q.sum(-1, keepdim=True)
+        empty = ~(mass > 0)  # also catches NaN
+        if bool(empty.any()):
+            _no_kept_mass(empty.cpu().numpy(), mass.cpu().numpy())
+        return q / mass
     q = full[..., vocab_map.draft_to_target]
-    return q / q.sum(axis=-1, keepdims=True)
+    mass = q.sum(axis=-1, keepdims=True)
+    empty = ~(mass > 0)
+    if np.any(empty):
+        _no_kept_mass(empty, mass)
+    return q / mass
+
+
+def _no_kept_mass(empty, mass):
+    """Raise for the first row of ``draft_probs_full`` with no mass (or NaN) on the kept ids."""
+    idx = tuple(int(i) for i in np.argwhere(empty)[0][:-1])
+    where = f" row {', '.join(map(str, idx))}" if idx else ""
+    raise InputError(f"draft_probs_full{where} puts mass {float(mass[idx].item()):.3g} on the "
+                     "kept ids: the pruned drafter has no distribution there (keep more ids, "
+                     "or drop that row)")
 
 
 def keep_most_frequent(token_counts, k: int) -> np.ndarray:

@@ -357,9 +357,8 @@ def register(subparsers) -> None:
                "  rdk-theory simulate string --figure psi_cost.png")
     sub = sim.add_subparsers(dest="sim_command", metavar="SIMULATOR")
     def no_simulator(args):
-        sim.print_usage(sys.stderr)
-        raise InputError("rdk-theory simulate: a SIMULATOR is required "
-                         "(see 'rdk-theory simulate --help')")
+        raise InputError("rdk-theory simulate: a SIMULATOR is required, one of: "
+                         f"{', '.join(sub.choices)} (see 'rdk-theory simulate --help')")
 
     sim.set_defaults(func=no_simulator)
 

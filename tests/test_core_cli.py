@@ -95,6 +95,63 @@ def test_sample_json_contract_and_law(tmp_path, capsys):
     assert_pvalue(binomial_pvalue(res["accepted"], 60000, alpha), "CLI accepted count")
 
 
+def test_acceptance_marginal_kernel_takes_lam(tmp_path, capsys):
+    """--lam replaces the default weight mu(OOV) of the marginal kernel (exact per-context
+    values against the library; the default weight gives different numbers here)."""
+    arrays = _write_case(tmp_path / "case.npz")
+    vm = rt.VocabMap(12, arrays["draft_to_target"])
+    p, q, cal = arrays["target_probs"], arrays["draft_probs"], arrays["calibration_probs"]
+    got = {}
+    for lam in (None, 0.3):
+        extra = () if lam is None else ("--lam", str(lam))
+        code, out, err = _run(capsys, "acceptance", str(tmp_path / "case.npz"), "--kernel",
+                              "marginal", *extra, "--json")
+        assert code == 0, err
+        want = rt.acceptance_rate(p, rt.rdk_proposal(q, vm, rt.MarginalKernel.from_calibration(
+            cal, vm, lam)))
+        got[lam] = json.loads(out)["rdk_exact"]["per_context"]
+        assert_close(got[lam], want, err_msg=f"lam = {lam}")
+    assert np.abs(np.subtract(got[None], got[0.3])).max() > 1e-3  # the option changes the kernel
+
+
+@pytest.mark.parametrize("kernel", ["dense", "marginal"])
+def test_sample_rdk_exact_uses_the_chosen_kernel(tmp_path, capsys, kernel):
+    """Monte Carlo, per kernel: n = 60,000 steps of rdk_exact for context 2 with --kernel; the
+    accepted count against Binomial(n, alpha) with that kernel's proposal (alpha differs from
+    TLI's by more than 5 standard deviations here, so a sampler that ignored --kernel fails),
+    and chi-square vs p; both at the suite's rate 1e-5."""
+    arrays = _write_case(tmp_path / "case.npz")
+    code, out, err = _run(capsys, "sample", str(tmp_path / "case.npz"), "--sampler", "rdk_exact",
+                          "--kernel", kernel, "--lam", "0.5", "--context", "2", "--n", "60000",
+                          "--seed", "5", "--json")
+    assert code == 0, err
+    res = json.loads(out)
+    p = arrays["target_probs"][2]
+    vm = rt.VocabMap(12, arrays["draft_to_target"])
+    ker = (rt.DenseKernel(arrays["kernel"]) if kernel == "dense" else
+           rt.MarginalKernel.from_calibration(arrays["calibration_probs"], vm, 0.5))
+    q = arrays["draft_probs"][2]
+    alpha = float(rt.acceptance_rate(p, rt.rdk_proposal(q, vm, ker)))
+    alpha_tli = float(rt.acceptance_rate(p, rt.tli_proposal(q, vm)))
+    assert abs(alpha - alpha_tli) > 5 * np.sqrt(alpha * (1 - alpha) / 60000)
+    assert_matches_law(np.array(res["counts"]), p, f"CLI rdk_exact --kernel {kernel}")
+    assert_pvalue(binomial_pvalue(res["accepted"], 60000, alpha),
+                  f"CLI rdk_exact --kernel {kernel}: accepted count")
+
+
+def test_sample_tli_ignores_kernel_options(tmp_path, capsys):
+    """vanilla and tli use no kernel: --kernel is ignored, even one whose arrays the case lacks
+    (the same output, byte for byte, as without it)."""
+    _write_case(tmp_path / "case.npz", calibration_probs=None, kernel=None)
+    outs = []
+    for extra in ((), ("--kernel", "marginal"), ("--kernel", "dense")):
+        code, out, err = _run(capsys, "sample", str(tmp_path / "case.npz"), "--sampler", "tli",
+                              *extra, "--context", "0", "--n", "500", "--seed", "1", "--json")
+        assert code == 0, err
+        outs.append(out)
+    assert outs[0] == outs[1] == outs[2]
+
+
 def _nan_target():
     p = np.random.default_rng(0).dirichlet(np.ones(12), size=3)
     p[1, 4] = np.nan

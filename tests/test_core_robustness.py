@@ -281,9 +281,11 @@ def test_report_runs_at_the_smallest_vocabulary_it_accepts(tmp_path, capsys):
     (["simulate"], "error: rdk-theory simulate: a SIMULATOR is required"),
 ])
 def test_no_command_is_a_usage_error_on_stderr(capsys, argv, message):
+    """One line, like every other usage error, naming the choices."""
     assert main(argv) == 2
     out, err = capsys.readouterr()
-    assert out == "" and message in err
+    assert out == "" and len(err.strip().splitlines()) == 1 and err.startswith(message)
+    assert "acceptance" in err or "speedup" in err
 
 
 def test_report_quick_checks_the_vocabulary_it_uses(tmp_path):
@@ -330,3 +332,127 @@ def test_a_file_error_inside_a_command_exits_2_with_one_line(tmp_path, capsys, m
     assert main(["acceptance", str(tmp_path / "c.npz")]) == 2
     err = capsys.readouterr().err.strip().splitlines()
     assert err == [f"error: file not found: {tmp_path / 'c.npz'}"]
+
+
+def _off_rows(seed=3, n=30, s=6):
+    """Calibration rows summing to 1 +- 9e-5 (inside the validation tolerance) and the same
+    rows renormalised."""
+    cal = np.random.default_rng(seed).dirichlet(np.ones(n), size=s)
+    off = cal * (1 + 9e-5 * np.where(np.arange(s) % 2, 1.0, -1.0))[:, None]
+    return off, off / off.sum(axis=1, keepdims=True)
+
+
+def test_every_kernel_reads_calibration_rows_renormalised():
+    """Rows within tolerance of 1 are renormalised once, on input: the exact kernel, the
+    first-order one, the marginal weight and Omega all see the same rows (the first-order
+    kernel used to renormalise alone, which made its gap to the exact kernel first order)."""
+    off, norm = _off_rows()
+    q = np.random.default_rng(4).dirichlet(np.ones(30), size=3)
+    vm = rt.VocabMap.from_kept_ids(np.arange(15), 30)
+    for tau in (0.01, 1.0):
+        assert_close(rt.CovarianceSoftmaxKernel(off, tau).transport(q),
+                     rt.CovarianceSoftmaxKernel(norm, tau).transport(q))
+        assert_close(rt.FirstOrderCovarianceKernel(off, tau).transport(q),
+                     rt.FirstOrderCovarianceKernel(norm, tau).transport(q))
+    assert_close(rt.calibration_covariance(off), rt.calibration_covariance(norm))
+    assert_close(rt.calibration_covariance(off).sum(axis=1), 0.0)
+    assert_close(rt.MarginalKernel.from_calibration(off, vm).w,
+                 rt.MarginalKernel.from_calibration(norm, vm).w)
+    # Theorem E's second order survives: TV / max|B|^2 is the same at both temperatures
+    ratio = []
+    for tau in (1.0, 100.0):
+        fo = rt.FirstOrderCovarianceKernel(off, tau)
+        tv = rt.total_variation(rt.CovarianceSoftmaxKernel(off, tau).transport(q[0]),
+                                fo.transport(q[0]))
+        ratio.append(float(tv) / fo.max_offdiag_affinity() ** 2)
+    assert abs(ratio[1] / ratio[0] - 1) < 0.05, ratio
+
+
+@pytest.mark.parametrize("engine", ["numpy", "fused", "blas", "auto"])
+def test_first_order_refuses_a_tau_that_overflows_on_every_engine(engine):
+    """The exact kernel refuses tau = 1e-320 (Omega / tau overflows); so does first-order RDK,
+    on every engine, instead of returning NaN on some of them."""
+    if engine in ("fused", "blas") and not rt.first_order._fused.available():
+        pytest.skip("needs numba")
+    cal = np.random.default_rng(0).dirichlet(np.ones(8), size=4)
+    for tau in (2e-309, 1e-320):
+        with pytest.raises(rt.InputError, match="overflows"):
+            rt.FirstOrderCovarianceKernel(cal, tau, engine=engine)
+        with pytest.raises(rt.InputError, match="overflows"):
+            rt.FirstOrderCovarianceKernel.from_factor(
+                rt.kernels._centred_factor(cal), tau, engine=engine)
+    for bad in (float("nan"), float("inf"), 0.0, "1"):
+        with pytest.raises(rt.InputError, match="tau must be finite and > 0"):
+            rt.FirstOrderCovarianceKernel.from_factor(rt.kernels._centred_factor(cal), bad)
+
+
+def test_marginal_kernel_is_row_stochastic_for_w_within_tolerance():
+    w = np.full(4, 0.25)
+    w[0] += 9e-5  # accepted (tolerance 1e-4), then renormalised
+    mk = rt.MarginalKernel(w, 1.0)
+    assert_close(mk.row_sums(), 1.0)
+    assert_close(mk.transport(np.eye(4)).sum(axis=-1), 1.0)
+
+
+def test_pruned_drafter_without_mass_on_the_kept_ids_is_named():
+    vm = rt.VocabMap.from_kept_ids([0, 1], 4)
+    with pytest.raises(rt.InputError, match="draft_probs_full puts mass 0 on the kept ids"):
+        rt.vocab.pruned_draft_probs(np.array([0.0, 0.0, 0.5, 0.5]), vm)
+    rows = np.array([[1.0, 0, 0, 0], [0, 0, 0.5, 0.5]])
+    with pytest.raises(rt.InputError, match="row 1 puts mass 0"):
+        rt.vocab.pruned_draft_probs(rows, vm)
+    torch = pytest.importorskip("torch")
+    with pytest.raises(rt.InputError, match="row 1 puts mass 0"):
+        rt.vocab.pruned_draft_probs(torch.tensor(rows), vm)
+    assert_close(rt.vocab.pruned_draft_probs(rows[:1], vm), [[1.0, 0.0]])
+
+
+def test_kernels_keep_their_own_copy_of_the_callers_arrays():
+    """Editing an array after building a kernel from it must not bypass the kernel's checks
+    (nor leave numpy and torch caches disagreeing)."""
+    import scipy.sparse as sp
+
+    torch = pytest.importorskip("torch")
+    eye, eye_t = np.eye(3), torch.eye(3, dtype=torch.float64)  # numpy reads a CPU tensor in place
+    dense, dense_t = rt.DenseKernel(eye), rt.DenseKernel(eye_t)
+    sparse_in = sp.csr_matrix(np.eye(3))
+    sparse = rt.SparseKernel(sparse_in)
+    cal = np.random.default_rng(0).dirichlet(np.ones(3), size=4)
+    factor = rt.kernels._centred_factor(cal)
+    fo, fo_cal = (rt.FirstOrderCovarianceKernel.from_factor(factor, 1.0),
+                  rt.FirstOrderCovarianceKernel(cal, 1.0))
+    q = np.array([0.2, 0.3, 0.5])
+    before = [k.transport(q) for k in (fo, fo_cal)]
+    eye[0] = [2.0, -1.0, 0.0]
+    eye_t[0] = torch.tensor([2.0, -1.0, 0.0])
+    sparse_in.data[:] = 5.0
+    factor *= 7.0
+    cal[:] = 1 / 3
+    assert_close(dense.transport(q), q)
+    assert_close(dense_t.transport(q), q)
+    assert_close(sparse.transport(q), q)
+    for k, b in zip((fo, fo_cal), before):
+        assert_close(k.transport(q), b)
+
+
+@pytest.mark.parametrize("engine", ["numpy", "fused", "blas", "auto"])
+def test_an_empty_batch_gives_an_empty_result_on_every_engine(engine):
+    if engine in ("fused", "blas") and not rt.first_order._fused.available():
+        pytest.skip("needs numba")
+    cal = np.random.default_rng(0).dirichlet(np.ones(6), size=4)
+    fo = rt.FirstOrderCovarianceKernel(cal, 0.1, engine=engine)
+    empty = np.zeros((0, 6))
+    assert fo.transport(empty).shape == (0, 6)
+    r, alpha = fo.transport_with_acceptance(empty, empty)
+    assert r.shape == (0, 6) and np.shape(alpha) == (0,)
+
+
+def test_sparse_kernel_refuses_exact_input_by_name():
+    import scipy.sparse as sp
+    from fractions import Fraction
+
+    q = np.array([Fraction(1, 2), Fraction(1, 2)], dtype=object)
+    with pytest.raises(rt.InputError, match="cannot transport exact Fraction input"):
+        rt.SparseKernel(sp.csr_matrix(np.eye(2))).transport(q)
+    with pytest.raises(rt.InputError, match="real numbers"):
+        rt.SparseKernel(sp.csr_matrix(np.eye(2, dtype=complex)))
