@@ -3,6 +3,7 @@ import pytest
 
 import rdk_theory as rt
 from rdk_theory import synthetic
+from tests.stats import FALSE_ALARM_PER_TEST, assert_pvalue
 from tests.tolerances import assert_close
 
 
@@ -41,3 +42,26 @@ def test_zipfian_lm_is_seeded_and_pruning_loses_mass():
     kept = rt.keep_most_frequent(a.calibration_probs.mean(0), 26)
     cap = rt.oov_cap(a.target_probs, rt.VocabMap.from_kept_ids(kept, 256))
     assert np.all(cap < 1) and cap.mean() > 0.3
+
+
+@pytest.mark.mc
+@pytest.mark.parametrize("concentration", [0.1, 10.0])
+def test_dirichlet_marginals_follow_the_beta_law_of_the_concentration(concentration):
+    """Monte Carlo: n = 5,000 draws of Dirichlet(c 1_5); the first coordinate against its
+    Beta(c, 4c) marginal by Kolmogorov-Smirnov, p-value > 1e-5 (the suite's per-test rate).
+    The other concentration's Beta law is refuted (the test has power)."""
+    from scipy import stats as sstats
+
+    x = synthetic.dirichlet(np.random.default_rng(11), 5, concentration, size=5000)[:, 0]
+    assert_pvalue(sstats.kstest(x, sstats.beta(concentration, 4 * concentration).cdf).pvalue,
+                  f"Dirichlet({concentration}) first marginal vs Beta, n = 5000")
+    other = 10.0 if concentration == 0.1 else 0.1
+    assert sstats.kstest(x, sstats.beta(other, 4 * other).cdf).pvalue < FALSE_ALARM_PER_TEST
+
+
+def test_zipf_with_rng_permutes_the_ids_of_the_same_law():
+    z = synthetic.zipf(50, 1.3)
+    zr = synthetic.zipf(50, 1.3, rng=np.random.default_rng(4))
+    assert np.array_equal(np.sort(zr)[::-1], z)  # the same probabilities, exactly
+    assert not np.array_equal(zr, z)  # at other ids
+    assert np.array_equal(zr, synthetic.zipf(50, 1.3, rng=np.random.default_rng(4)))  # seeded

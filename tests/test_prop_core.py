@@ -136,11 +136,25 @@ def test_O2_empty_intersection_has_no_proposal(case):
 @example(case=EMPTY)
 @example(case=SINGLETON_KEPT)
 def test_O3_identity_kernel_is_tli(case):
+    """Both sides against TLI written from its definition, not against ``tli_proposal`` only
+    (``rdk_proposal`` calls it, so that comparison alone could not fail)."""
     vm, _, q = case
     eye = np.array([[Fraction(int(i == j)) for j in range(vm.n_target)] for i in range(vm.n_target)], dtype=object)
-    tli = list(tli_proposal(q.exact, vm))
+    tli = _tli_by_definition(q.exact, vm)
+    assert list(tli_proposal(q.exact, vm)) == tli
     assert list(rdk_proposal(q.exact, vm, IdentityKernel())) == tli
     assert list(rdk_proposal(q.exact, vm, DenseKernel(eye))) == tli
+
+
+def _tli_by_definition(q, vm):
+    """``q'(x) = sum_{d -> x} q(d) / q(I)`` over the drafter ids mapped into the target; all 0
+    when ``q(I) = 0`` (MATH.md section 3), one Fraction at a time."""
+    out = [Fraction(0)] * vm.n_target
+    for d, x in enumerate(vm.draft_to_target):
+        if x >= 0:
+            out[int(x)] += q[d]
+    mass = sum(out, Fraction(0))
+    return [v / mass for v in out] if mass else out
 
 
 @given(data=st.data())

@@ -13,10 +13,14 @@ from tests.tolerances import assert_close, assert_leq
 
 
 def test_constant_trace_matches_closed_forms_away_from_the_end():
+    """Away from the end a constant trace costs the closed-form rate per token: the end of the
+    trace adds a constant, so the time of 2n tokens minus that of n is n times the rate
+    (float64 round-off only)."""
     a, c, n = 0.8, 0.1, 3000
-    trace = np.full(n, a)
-    assert_close(disco.trace_time_oracle(trace, c) / n, 1 - a + a * c, rtol=2e-3, atol=0)
-    assert_close(disco.trace_time_static(trace, 4, c) / n, (4 * c + 1) * (1 - a) / (1 - a ** 5), rtol=2e-3, atol=0)
+    for time_of, rate in ((lambda t: disco.trace_time_oracle(t, c), 1 - a + a * c),
+                          (lambda t: disco.trace_time_static(t, 4, c),
+                           (4 * c + 1) * (1 - a) / (1 - a ** 5))):
+        assert_close(time_of(np.full(2 * n, a)) - time_of(np.full(n, a)), n * rate)
 
 
 def test_oracle_beats_every_static_length_exactly():
@@ -121,15 +125,15 @@ def test_drafting_costs_of_the_policies():
     out = disco.run_policy(target, lambda ctx: np.array([0.5, 0.0]), 2000, 0.1,
                            np.random.default_rng(0), policy="static", gamma=3)
     assert out["drafts"] == 3 * out["iterations"]
-    assert_close(out["time"], out["iterations"] * (3 * 0.1 + 1), rtol=1e-12, atol=0)
+    assert_close(out["time"], out["iterations"] * (3 * 0.1 + 1))
 
 
 def test_all_accepted_traces_are_exact_at_the_end():
     """With every draft accepted the oracle drafts the whole rest of the trace in one call:
     time (n - 1) c + 1, with no mismatch to pay; the replay gives the same."""
-    assert_close(disco.trace_time_oracle(np.ones(3), 0.1, charge_mismatch=True), 1.2, rtol=1e-15)
-    assert_close(disco.trace_time_oracle(np.ones(5), 0.1), 1.4, rtol=1e-15)
+    assert_close(disco.trace_time_oracle(np.ones(3), 0.1, charge_mismatch=True), 1.2)
+    assert_close(disco.trace_time_oracle(np.ones(5), 0.1), 1.4)
     rng = np.random.default_rng(0)
-    assert_close(disco.trace_replay(np.ones(5), 0.1, "oracle", rng)[0], 1.4, rtol=1e-15)
+    assert_close(disco.trace_replay(np.ones(5), 0.1, "oracle", rng)[0], 1.4)
     assert_close(disco.trace_replay(np.ones(5), 0.1, 2, rng)[0],
-                 disco.trace_time_static(np.ones(5), 2, 0.1), rtol=1e-15)
+                 disco.trace_time_static(np.ones(5), 2, 0.1))

@@ -19,12 +19,21 @@ def test_median_times_is_round_robin_after_one_warm_up_each():
         median_times(fns, 0)
 
 
-def test_before_runs_ahead_of_every_timed_run_and_outside_the_timing():
+def test_before_runs_ahead_of_every_timed_run_and_outside_the_timing(monkeypatch):
+    """A fake clock (no wall time): each run advances it by 1 s ('a') or 2 s ('b'), 'before'
+    by 1000 s; the medians must be exactly 1 and 2, so 'before' is outside the interval."""
+    clock = [0.0]
+    monkeypatch.setattr(time, "perf_counter", lambda: clock[0])
+
+    def tick(dt, name):
+        calls.append(name)
+        clock[0] += dt
+
     calls = []
-    fns = {k: (lambda k=k: calls.append(k)) for k in "ab"}
-    t = median_times(fns, 2, before=lambda: (calls.append("-"), time.sleep(0.05)))
+    fns = {"a": lambda: tick(1.0, "a"), "b": lambda: tick(2.0, "b")}
+    t = median_times(fns, 2, before=lambda: tick(1000.0, "-"))
     assert calls == list("ab") + list("-a-b") * 2  # no eviction before the warm-up
-    assert max(t.values()) < 0.05  # the 50 ms of 'before' is not in the times
+    assert t == {"a": 1.0, "b": 2.0}
 
 
 def test_cache_evictor_reads_its_own_buffer():
