@@ -171,24 +171,27 @@ def optimal_acceptance_lp(target_probs, draft_probs, k: int) -> float:
 
 
 def optimal_acceptance_cut(target_probs, draft_probs, k: int):
-    """Closed form of the LP optimum by max-flow/min-cut: ``min_B p(B) + 1 - q(B)^k``.
+    """Closed form of the LP optimum by max-flow/min-cut: ``min_B p(B) + 1 - (q(B) + q0)^k``.
 
     Flow network: source -> draft tuple ``S`` (capacity ``q^k(S)``) -> each ``y in S`` -> sink
     (capacity ``p(y)``). A cut keeping the outputs ``B`` on the source side pays ``p(B)`` plus the
-    tuples not inside ``B``, ``1 - q(B)^k``. ``B`` ranges over all 2^N subsets: small N only.
-    Exact on ``Fraction`` inputs.
+    tuples with a draft outside ``B``, ``1 - (q(B) + q0)^k``, where ``q0 = 1 - q(T)`` is the mass
+    of "no draft" (a sub-stochastic ``q``, e.g. vanilla's: such a draft reaches no output, so it
+    never needs cutting; ``q0 = 0`` for a normalised ``q``). ``B`` ranges over all 2^N subsets:
+    small N only. Exact on ``Fraction`` inputs.
     """
     p, q = _pq(target_probs, draft_probs)
     n = p.size
     if n > 20:
         raise InputError(f"optimal_acceptance_cut enumerates 2^N subsets; N = {n} is too large")
     k = int(k)
+    q0 = 1 - q.sum()  # exact for Fractions
     best = None
     for mask in range(1 << n):
         idx = [i for i in range(n) if mask >> i & 1]
         pb = p[idx].sum() if idx else 0 * p[0]
         qb = q[idx].sum() if idx else 0 * q[0]
-        val = pb + 1 - qb ** k
+        val = pb + 1 - (qb + q0) ** k
         best = val if best is None or val < best else best
     return best
 

@@ -299,6 +299,16 @@ def cmd_spectr(args) -> int:
 
 
 # ---------------------------------------------------------------------------------- string
+def _draft_context(target_id: int) -> tuple:
+    """The drafter's (order-1) context after the text of target token ``target_id``: the
+    drafter token spelling the same text when there is one ('ab', 'b'), else the drafter token
+    of its last character ('aa' is 'a' 'a' to the drafter: the last 'a')."""
+    from .strings import DRAFT_TOKENS, TARGET_TOKENS
+
+    text = TARGET_TOKENS[target_id]
+    return (DRAFT_TOKENS.index(text if text in DRAFT_TOKENS else text[-1]),)
+
+
 def cmd_string(args) -> int:
     from . import plots
     from .strings import DRAFT_TOKENS, TARGET_TOKENS, cost_table, markov_string_drafter, string_step, toy_string_models
@@ -309,7 +319,7 @@ def cmd_string(args) -> int:
     rows = []
     for ctx in range(len(TARGET_TOKENS)):
         p = tgt.next_probs((ctx,))
-        res = string_step(p, markov_string_drafter(dr, DRAFT_TOKENS, start=(ctx % len(DRAFT_TOKENS),)))
+        res = string_step(p, markov_string_drafter(dr, DRAFT_TOKENS, start=_draft_context(ctx)))
         rows.append({"context": TARGET_TOKENS[ctx], "p": [float(x) for x in p],
                      "psi": [float(x) for x in res["psi"]],
                      "psi_methods_agree": bool(all(res["psi"] == res["psi_by_segmentations"])),
@@ -335,11 +345,21 @@ def cmd_string(args) -> int:
 
 
 # -------------------------------------------------------------------------------- register
-def _positive_int(s):
-    try:
-        return int(s)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"expected an integer, got {s!r}") from None
+def _int_at_least(lo: int):
+    """An argparse type: an integer >= ``lo`` (a bad value is a one-line usage error)."""
+    def parse(s):
+        try:
+            v = int(s)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"expected an integer, got {s!r}") from None
+        if v < lo:
+            raise argparse.ArgumentTypeError(f"expected an integer >= {lo}, got {v}")
+        return v
+    return parse
+
+
+_count = _int_at_least(0)  # e.g. --mc 0: no Monte Carlo; --gamma 0: no drafts
+_positive_int = _int_at_least(1)
 
 
 def register(subparsers) -> None:
@@ -376,9 +396,9 @@ def register(subparsers) -> None:
     b.add_argument("--pair", choices=TOY_PAIRS + ("all",), default="all",
                    help="toy pair: same vocabulary, pruned drafter, or heterogeneous tokenizers (default all)")
     b.add_argument("--sampler", choices=SAMPLERS + ("all",), default="all", help="default all")
-    b.add_argument("--gamma", type=_positive_int, default=3, help="draft length (default 3)")
+    b.add_argument("--gamma", type=_count, default=3, help="draft length (default 3)")
     b.add_argument("--seed", type=int, default=0, help="seed of the toy models and the Monte Carlo")
-    b.add_argument("--mc", type=_positive_int, default=0, help="Monte Carlo iterations (default 0: none)")
+    b.add_argument("--mc", type=_count, default=0, help="Monte Carlo iterations (default 0: none)")
     common(b)
     b.set_defaults(func=cmd_block)
 
@@ -390,7 +410,7 @@ def register(subparsers) -> None:
     s.add_argument("--alpha", type=float, nargs="+", default=[0.6, 0.8, 0.9], help="acceptance rates")
     s.add_argument("--c", type=float, default=0.05, help="drafter/target cost ratio (default 0.05)")
     s.add_argument("--gamma-max", type=_positive_int, default=16, help="largest gamma searched (default 16)")
-    s.add_argument("--mc", type=_positive_int, default=0, help="Monte Carlo iterations at the best gamma")
+    s.add_argument("--mc", type=_count, default=0, help="Monte Carlo iterations at the best gamma")
     s.add_argument("--seed", type=int, default=0)
     common(s)
     s.set_defaults(func=cmd_speedup)
@@ -432,7 +452,7 @@ def register(subparsers) -> None:
     k.add_argument("--support", type=_positive_int, default=4, help="vocabulary size (default 4)")
     k.add_argument("--k-max", type=_positive_int, default=4)
     k.add_argument("--trials", type=_positive_int, default=50, help="random pairs for the ratio bound")
-    k.add_argument("--mc", type=_positive_int, default=0, help="Monte Carlo K-SEQ steps per k")
+    k.add_argument("--mc", type=_count, default=0, help="Monte Carlo K-SEQ steps per k")
     k.add_argument("--seed", type=int, default=0)
     common(k, figure=False)
     k.set_defaults(func=cmd_spectr)

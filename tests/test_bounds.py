@@ -110,6 +110,24 @@ def test_tv_upper_bound_of_an_empty_proposal_is_zero():
     assert list(tv_upper_bound(p, r)) == [0.0, 1.0]
 
 
+@given(case=bound_cases(), data=st.data())
+def test_best_mixing_lambda_is_the_best_breakpoint(case, data):
+    """The slope sweep picks the maximum of A over {0, 1, every breakpoint}, each evaluated
+    directly (the definition of the optimum, O(C N) candidates x O(C N) each), with a random
+    kernel law w (point masses included)."""
+    vm, p, q = case
+    qp = tli_proposal(q, vm)
+    n = vm.n_target
+    w = data.draw(st.sampled_from([np.full(n, 1.0 / n), np.eye(n)[0], np.eye(n)[-1]]))
+    lam, best = best_mixing_lambda(p, qp, w)
+    d = qp.sum(-1, keepdims=True) * w - qp
+    with np.errstate(divide="ignore", invalid="ignore"):
+        kinks = (p - qp) / d
+    cand = np.concatenate([[0.0, 1.0], kinks[np.isfinite(kinks) & (kinks > 0) & (kinks < 1)]])
+    assert_close(best, max(np.minimum(p, qp + g * d).sum(-1).mean() for g in cand))
+    assert lam in cand
+
+
 def test_best_mixing_lambda_returns_the_smallest_maximiser_of_a_plateau():
     """p = (1/2, 1/4, 1/4), q' = (1, 0, 0), w = (0, 1, 0): alpha(lam) = min(1/2, 1 - lam) +
     min(1/4, lam) is 1/2 + lam up to 1/4, flat at 3/4 on [1/4, 1/2], then 5/4 - lam."""

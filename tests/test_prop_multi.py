@@ -114,6 +114,21 @@ def test_K_best_rho_and_one_minus_inv_e_ratio(pq, k):
     assert_close(kseq_output_law(p, q, rho, k), p)
 
 
+@given(pq=law_pairs(max_n=4, sub_stochastic_second=True), k=st.integers(1, 3))
+@example(pq=(W([1, 1]), W([0, 0], 1)), k=1)
+def test_K_cut_of_a_sub_stochastic_draft_law_adds_a_never_accepted_draft(pq, k):
+    """A sub-stochastic q equals a normalised one with an extra "no draft" token that the
+    target never emits: the min-cut optimum must be the same, exactly (Fractions); with one
+    draft it is sum min(p, q)."""
+    p, q = pq[0].exact, pq[1].exact
+    q0 = 1 - sum(q, Fraction(0))
+    p_ext = np.array(list(p) + [Fraction(0)], dtype=object)
+    q_ext = np.array(list(q) + [q0], dtype=object)
+    assert optimal_acceptance_cut(p, q, k) == optimal_acceptance_cut(p_ext, q_ext, k)
+    if k == 1:
+        assert optimal_acceptance_cut(p, q, 1) == sum(map(min, p, q), Fraction(0))
+
+
 def test_K_single_draft_is_speculative_sampling():
     p, q = W([3, 1, 0]).f64, W([1, 1, 2]).f64
     assert kseq_best_rho(p, q, 1) == 1.0

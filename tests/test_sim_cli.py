@@ -9,7 +9,10 @@ from rdk_theory.cli import main
 
 
 def _run(capsys, *argv):
-    rc = main(["simulate", *argv])
+    try:
+        rc = main(["simulate", *argv])
+    except SystemExit as exc:  # an argparse usage error (the console script exits the same way)
+        rc = exc.code
     out, err = capsys.readouterr()
     return rc, out, err
 
@@ -53,9 +56,22 @@ def test_spectr_and_string(capsys):
     rc, out, _ = _run(capsys, "string", "--max-length", "8", "--json")
     obj = json.loads(out)
     assert rc == 0 and all(r["slrs_lossless_exact"] and r["psi_methods_agree"] for r in obj["rows"])
+    # each row's drafter runs after its own tokens of the row's text
+    from simulators.strings import DRAFT_TOKENS, markov_string_drafter, string_step, toy_string_models
+
+    tgt, dr = toy_string_models(0)
+    for i, (row, last) in enumerate(zip(obj["rows"], ("a", "ab", "b"))):
+        assert row["context"] == ("aa", "ab", "b")[i]
+        want = string_step(tgt.next_probs((i,)), markov_string_drafter(
+            dr, DRAFT_TOKENS, start=(DRAFT_TOKENS.index(last),)))["psi"]
+        assert row["psi"] == [float(x) for x in want]
 
 
 @pytest.mark.parametrize("argv", [
+    ["speedup", "--mc", "-5"],
+    ["spectr", "--mc", "-3"],
+    ["dsi", "--k-max", "0"],
+    ["block", "--gamma", "-1"],
     ["block", "--gamma", "9"],
     ["speedup", "--alpha", "1.5"],
     ["dsi", "--servers", "0"],
