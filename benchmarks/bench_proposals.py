@@ -11,12 +11,18 @@ of a cell's pair floors, ``floor_ms_by_method`` each pair's). Two cache regimes:
   the floor and of the method alike. This is the case of a decoding loop, where the models'
   forward passes between two proposals evict p, q and the kernel's factor: the floor then reads
   p and q from memory, which is what "memory-bound" means.
-* ``hot``: no eviction; at batch 1 the floor's p and q (0.5-4 MiB) then sit in the caches from
-  one run to the next, the floor's best case. At batch 64 the arrays are far larger than any
-  cache and the two regimes measure the same thing.
+* ``hot``: each timed run is preceded by an untimed run of the same function
+  (``median_times(warm_each=True)``), so it finds its own arrays in the caches as far as they
+  fit: at batch 1 the floor's p and q (0.5-4 MiB), the floor's best case. (Without that, the
+  floor run after a method that reads a large factor found p and q evicted, and its "hot"
+  time was a cold one: up to 3x the hot floor, which flattered those methods' ratios.) At
+  batch 64 the arrays are far larger than any cache and the two regimes measure the same.
 
-Reported: the ratio to the floor of TLI, the rank-one marginal kernel (exact RDK in O(N)) and
-first-order RDK (``transport_with_acceptance``) with the fused engine at ranks 1, 2, 4, 8 and
+Every sampler's row starts from the drafter's ``q`` and builds its whole proposal: TLI's
+``q'`` (``tli_proposal``), then, for the RDK rows, the kernel's transport of ``q'`` and the
+acceptance. Reported: the ratio to the floor of TLI, the rank-one marginal kernel (exact RDK in
+O(N)) and first-order RDK (``tli_proposal`` then ``transport_with_acceptance``) with the fused
+engine at ranks 1, 2, 4, 8 and
 with the full factor of S calibration rows, the fused engine with a float32 factor at ranks 4
 and 8, the fused engine on all of numba's threads (``_mt``) at ranks 1, 4, 8, the blas engine
 with the full factor in float64 and with float32 products (``blas_f32``), and the numpy engine
@@ -132,10 +138,11 @@ def bench_floor_ratios(sizes, batches, s, ranks, repeats, rng, fused, regimes=RE
             full = _centred(cal)
             full32 = full.astype(np.float32)
             ones32 = np.ones(n, dtype=np.float32)
-            fns = {"tli": lambda: a(rt.tli_proposal(q, vm, check=False)),
-                   "marginal": lambda: a(mk.transport(q)),
+            tli = lambda: rt.tli_proposal(q, vm, check=False)  # noqa: E731  (q' from q)
+            fns = {"tli": lambda: a(tli()),
+                   "marginal": lambda: a(mk.transport(tli())),
                    f"read_S{s}_f32": full32.sum}
-            fns.update({k: lambda fo=fo: fo.transport_with_acceptance(q, p)
+            fns.update({k: lambda fo=fo: fo.transport_with_acceptance(tli(), p)
                         for k, fo in _first_order_kernels(full, rt.case.default_tau(cal), s,
                                                           ranks, fused).items()})
             fns[f"read_S{s}_f32_mt"] = lambda: full32 @ ones32
@@ -144,7 +151,8 @@ def bench_floor_ratios(sizes, batches, s, ranks, repeats, rng, fused, regimes=RE
                 for name, fn in fns.items():
                     if _uses_blas(name):
                         time.sleep(0.2)  # let the previous rows' OpenMP workers fall asleep
-                    t = median_times({"floor": floor, name: fn}, repeats, before=_before(regime))
+                    t = median_times({"floor": floor, name: fn}, repeats, before=_before(regime),
+                                     warm_each=regime == "hot")
                     floors[name] = 1e3 * t["floor"]
                     ratios[f"{name}_ratio"] = t[name] / t["floor"]
                 time.sleep(0.2)  # and the BLAS workers, before the next cell
@@ -189,7 +197,7 @@ def bench_growth(exact_sizes, fo_sizes, s, rank, repeats, rng, fused, batch=1):
     for n in exact_sizes:
         _, q, cal = _inputs(rng, n, batch, s)
         m = rng.dirichlet(np.full(n, 0.05), size=n)  # a dense row-stochastic kernel
-        ker = rt.DenseKernel(m, check=False)
+        ker = rt.DenseKernel(m, check=False, copy=False)
         out["exact_dense"][n] = median_times({"x": lambda ker=ker: ker.transport(q)}, repeats)["x"]
         del m, ker
     for n in fo_sizes:
@@ -311,7 +319,8 @@ def main(argv=None):
                        "repeats": repeats, "calibration_rows": args.calibration,
                        "ranks": list(RANKS), "target_ratio": TARGET, "fused_engine": fused,
                        "regimes": {"cold": "caches evicted (96 MiB read) before every timed run",
-                                   "hot": "no eviction between runs"},
+                                   "hot": "no eviction; each timed run right after an untimed "
+                                          "run of the same function"},
                        "floor_ratios": ratios, "summary": summary, "growth": growth,
                        "full_factor_products": products}, fh, indent=2)
 

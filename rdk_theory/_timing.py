@@ -10,13 +10,17 @@ import statistics
 import time
 
 
-def median_times(fns: dict, repeats: int, *, sync=None, before=None) -> dict:
+def median_times(fns: dict, repeats: int, *, sync=None, before=None,
+                 warm_each: bool = False) -> dict:
     """``{name: median seconds}`` of ``repeats`` round-robin runs of each zero-argument callable.
 
     ``sync`` (e.g. ``torch.cuda.synchronize``) is called after the warm-up and after each run,
     inside the timed interval, so asynchronous device work is counted. ``before`` is called
     before each timed run, outside the timed interval (e.g. :func:`cache_evictor`'s function,
-    to time every run from cold caches).
+    to time every run from cold caches). ``warm_each`` runs each callable once more, untimed,
+    right before each of its timed runs (after ``before``): every timed run then finds its own
+    data in the caches, whatever the callable before it evicted (interleaving a small function
+    with one that reads a large array would otherwise time the small one cold).
     """
     if repeats < 1:
         raise ValueError(f"repeats must be >= 1, got {repeats}")
@@ -29,6 +33,9 @@ def median_times(fns: dict, repeats: int, *, sync=None, before=None) -> dict:
     for _ in range(repeats):
         for k, fn in fns.items():
             before()
+            if warm_each:
+                fn()
+                sync()
             t0 = time.perf_counter()
             fn()
             sync()

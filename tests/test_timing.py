@@ -36,6 +36,24 @@ def test_before_runs_ahead_of_every_timed_run_and_outside_the_timing(monkeypatch
     assert t == {"a": 1.0, "b": 2.0}
 
 
+def test_warm_each_runs_each_function_untimed_right_before_its_timed_run(monkeypatch):
+    """The hot regime: 'b' runs once untimed right before each timed 'b' (after 'before'), so
+    an 'a' that evicts b's data cannot make b's timed run a cold one; the untimed runs are not
+    in the times (fake clock: 'a' 1 s, 'b' 2 s)."""
+    clock = [0.0]
+    monkeypatch.setattr(time, "perf_counter", lambda: clock[0])
+    calls = []
+
+    def tick(dt, name):
+        calls.append(name)
+        clock[0] += dt
+
+    fns = {"a": lambda: tick(1.0, "a"), "b": lambda: tick(2.0, "b")}
+    t = median_times(fns, 2, before=lambda: tick(1000.0, "-"), warm_each=True)
+    assert calls == list("ab") + list("-aa-bb") * 2
+    assert t == {"a": 1.0, "b": 2.0}
+
+
 def test_cache_evictor_reads_its_own_buffer():
     evict = cache_evictor(1 << 20)
     assert evict() == (1 << 20) // 8  # the sum of 128K ones: every element was read
