@@ -162,7 +162,22 @@ def config_from_args(args):
     if args.steps:
         kw["n_steps"] = args.steps
     _check_device(args.device)
-    return RunConfig.quick(**kw) if args.quick else RunConfig(**kw)
+    cfg = RunConfig.quick(**kw) if args.quick else RunConfig(**kw)
+    _check_kept_fits(cfg)
+    return cfg
+
+
+def _check_kept_fits(cfg) -> None:
+    """A kept size larger than a built-in drafter's vocabulary is refused before any model is
+    loaded (hub ids and paths are checked once loaded: their size is not known before)."""
+    from .registry import get_builtin
+
+    drafter = get_builtin(cfg.drafter) if isinstance(cfg.drafter, str) else None
+    if drafter is not None:
+        big = [k for k in (*cfg.kept, *cfg.e2e_kept) if k > drafter.vocab_size]
+        if big:
+            raise InputError(f"--kept {big[0]} exceeds the vocabulary of {drafter.name} "
+                             f"({drafter.vocab_size:,} tokens)")
 
 
 def _check_device(device) -> None:

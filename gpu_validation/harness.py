@@ -132,12 +132,12 @@ def run(cfg: RunConfig, log=print) -> dict:
     st = study.acceptance_study(ev.p[sel], ev.q[sel], counts, cfg.kept, mu=mu, factor=factor,
                                 p_cal=ca.p, q_cal=ca.q, n_steps=cfg.n_steps, rng=rng,
                                 sparse_k=cfg.sparse_k, exact_max_kept=cfg.exact_max_kept,
-                                progress=bar)
+                                progress=bar, other_tests=_e2e_tests(cfg))
     if bar is not None:
         bar.close()
     dur["study_s"] = time.perf_counter() - t1
     t2 = time.perf_counter()
-    e2e = end_to_end(cfg, tgt, drf, counts, mu, factor, st["taus"], rng, log)
+    e2e = end_to_end(cfg, tgt, drf, counts, mu, factor, st["taus"], rng, log, st["n_tests"])
     dur["speculative_s"] = time.perf_counter() - t2
     tim = None
     if cfg.timing:
@@ -222,14 +222,20 @@ def save_laws(path: Path, ev, ca, k: int) -> dict:
             "bound_holds": bool(np.all(err <= bound + TOPK_ROUNDOFF))}
 
 
-def end_to_end(cfg, tgt, drf, counts, mu, factor, taus, rng, log) -> list[dict]:
-    """Speculative generation for each (kept size, sampler) of the config."""
+def _e2e_tests(cfg) -> int:
+    """How many end-to-end checks the run makes (one per kept size and sampler)."""
+    return len(cfg.e2e_kept) * len(cfg.e2e_samplers)
+
+
+def end_to_end(cfg, tgt, drf, counts, mu, factor, taus, rng, log, n_tests=None) -> list[dict]:
+    """Speculative generation for each (kept size, sampler) of the config; ``n_tests``: the
+    number of checks the run-wide false-alarm rate is split over (default: these alone)."""
     from rdk_theory.proposals import tli_proposal
 
     from .samplers import build_kernels
 
     results = []
-    n_tests = max(1, len(cfg.e2e_kept) * len(cfg.e2e_samplers))
+    n_tests = max(1, n_tests or _e2e_tests(cfg))
     for K in cfg.e2e_kept:
         if K > len(counts):
             log(f"e2e K={K} skipped: larger than the vocabulary ({len(counts)})")

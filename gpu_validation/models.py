@@ -339,18 +339,25 @@ def _load_builtin(model: BuiltinModel, torch_dtype, fetch_missing: bool, log) ->
     if _bf16_ok(model):
         tok = AutoTokenizer.from_pretrained(cached)
         lm = AutoModelForCausalLM.from_pretrained(cached, dtype=torch_dtype)
-        return LoadedModel(lm, tok, model.name, {**info, "loaded_from": "bf16 cache"})
+        # computed in torch_dtype, but from the cache's bf16-rounded weights
+        return LoadedModel(lm, tok, model.name, {**info, "loaded_from": "bf16 cache",
+                                                 "weights_precision": "bfloat16"})
     gguf = _verified_gguf(model, fetch_missing, log)
     log(f"{model.name}: first load from GGUF (dequantising; later loads use the bf16 cache)")
     tok = AutoTokenizer.from_pretrained(gguf.parent, gguf_file=gguf.name)
     lm = AutoModelForCausalLM.from_pretrained(gguf.parent, gguf_file=gguf.name,
                                               dtype=torch_dtype)
     _save_bf16(lm, tok, model, cached)
-    return LoadedModel(lm, tok, model.name, {**info, "loaded_from": "gguf"})
+    return LoadedModel(lm, tok, model.name, {**info, "loaded_from": "gguf",
+                                             "weights_precision": str(lm.dtype).split(".")[-1]})
 
 
 def _save_bf16(lm, tok, model: BuiltinModel, dest: Path) -> None:
-    """Save a bf16 safetensors copy; the stamp is written last, so a partial copy is ignored."""
+    """Save a bf16 safetensors copy; the stamp is written last, so a partial copy is ignored.
+
+    The live model keeps its own weights: the copy is made from a bf16 rounding of its state
+    (converting the model to bf16 and back, as this once did, left a ``--dtype float32`` run
+    with bf16-rounded weights)."""
     import torch
 
     tmp = dest.with_name(dest.name + ".partial")
@@ -358,16 +365,14 @@ def _save_bf16(lm, tok, model: BuiltinModel, dest: Path) -> None:
     # save_pretrained refuses a GGUF-loaded model while it still looks quantised.
     lm.hf_quantizer = None
     lm.config.quantization_config = None
-    dtype = lm.dtype
-    if dtype != torch.bfloat16:
-        lm.to(torch.bfloat16)
-    lm.save_pretrained(tmp)
+    state = {k: (v.to(torch.bfloat16) if v.is_floating_point() else v)
+             for k, v in lm.state_dict().items()}
+    lm.save_pretrained(tmp, state_dict=state)
+    del state
     tok.save_pretrained(tmp)
     (tmp / SOURCE_STAMP).write_text(json.dumps({"sha256": model.sha256, "name": model.name}))
     shutil.rmtree(dest, ignore_errors=True)
     os.replace(tmp, dest)
-    if dtype != torch.bfloat16:
-        lm.to(dtype)
 
 
 def status_rows() -> list[dict]:

@@ -11,6 +11,7 @@ from __future__ import annotations
 import numpy as np
 
 from rdk_theory.acceptance import acceptance_rate, oov_cap
+from rdk_theory.proposals import tli_proposal
 from rdk_theory.sampling import sample_steps
 from rdk_theory.vocab import pruned_draft_probs
 
@@ -21,7 +22,7 @@ from .samplers import SAMPLERS, KeptRowsTopK, build_kernels, pick_tau, proposals
 
 def acceptance_study(p, q, counts, kept_sizes, *, mu, factor, p_cal, q_cal, n_steps: int,
                      rng, sparse_k: int = 16, exact_max_kept: int | None = None,
-                     chunk: int = 64, progress=None) -> dict:
+                     chunk: int = 64, progress=None, other_tests: int = 0) -> dict:
     """Run the study; returns ``{"rows": [...], "per_position": {...}, "taus": {...}}``.
 
     Parameters:
@@ -32,12 +33,14 @@ def acceptance_study(p, q, counts, kept_sizes, *, mu, factor, p_cal, q_cal, n_st
       p_cal, q_cal: calibration-position laws, used only to pick tau.
       n_steps: verification steps per position and sampler (0: predictions only).
       exact_max_kept: skip the sparse exact kernel above this K (its build costs O(K N r)).
+      other_tests: tests made elsewhere in the same run (the end-to-end checks): the run-wide
+        false-alarm rate ``agreement.FALSE_ALARM`` is split over these and the study's alike.
     """
     n = p.shape[1]
     scale = float(np.max(np.sum(np.asarray(factor, dtype=np.float64) ** 2, axis=0)))
-    n_tests = 2 * len(kept_sizes) * len(SAMPLERS)  # aggregate + dispersion per cell
+    n_tests = 2 * len(kept_sizes) * len(SAMPLERS) + other_tests  # aggregate + dispersion per cell
     rows, per_pos, taus = [], {}, {}
-    # tau is picked on at most 128 calibration rows (evenly spaced): enough to rank 7 values
+    # tau is picked on at most 128 calibration rows (evenly spaced): enough to rank the grid
     cal_sel = np.linspace(0, len(p_cal) - 1, min(128, len(p_cal))).round().astype(int)
     p_cal, q_cal = p_cal[cal_sel], q_cal[cal_sel]
     for K in kept_sizes:
@@ -55,8 +58,14 @@ def acceptance_study(p, q, counts, kept_sizes, *, mu, factor, p_cal, q_cal, n_st
             topk = KeptRowsTopK(factor, vm.intersection, sparse_k)
             tau_ex, ex_table = pick_tau(p_cal64, qk_cal, vm, topk.kernel, scale)
         kernels = build_kernels(vm, mu, factor, tau_exact=tau_ex, tau_fo=tau_fo, topk_rows=topk)
+        smallest = min(fo_table)
         taus[K] = {"rdk_first_order": tau_fo, "rdk_exact": tau_ex,
-                   "calibration_alpha_by_tau": {"rdk_first_order": fo_table, "rdk_exact": ex_table}}
+                   "calibration_alpha_by_tau": {"rdk_first_order": fo_table, "rdk_exact": ex_table},
+                   # the limit tau -> 0 of first-order RDK, and whether a grid edge won
+                   "tli_calibration_alpha": float(np.mean(acceptance_rate(
+                       p_cal64, tli_proposal(qk_cal, vm, check=False), check=False))),
+                   "at_grid_edge": {"rdk_first_order": tau_fo == smallest,
+                                    "rdk_exact": bool(ex_table) and tau_ex == min(ex_table)}}
         pred = {s: [] for s in SAMPLERS}
         meas = {s: [] for s in SAMPLERS}
         cap = []

@@ -9,6 +9,7 @@ from scipy import stats as sstats
 from gpu_validation import agreement, collect, pruning, samplers, topk
 from rdk_theory.acceptance import acceptance_rate, oov_cap
 from rdk_theory.kernels import calibration_covariance
+from rdk_theory.proposals import tli_proposal as rt_tli
 from rdk_theory.vocab import pruned_draft_probs
 from tests import stats
 from tests.tolerances import FLOAT32_ATOL, FLOAT64_ATOL, assert_close
@@ -151,3 +152,31 @@ def test_shipped_texts_exist_and_are_small():
     for name in collect.TEXT_FILES:
         text = collect.read_text(name)
         assert 1000 < len(text) < 5000
+
+
+def test_study_splits_the_run_wide_false_alarm_over_its_checks_and_the_others():
+    """The acceptance study's checks share agreement.FALSE_ALARM with the run's end-to-end
+    checks (``other_tests``): every test runs at FALSE_ALARM / (study tests + other tests).
+    It also records first-order RDK's tau -> 0 limit (TLI's calibration acceptance) and
+    whether the best tau sat at the grid's edge."""
+    from gpu_validation import study
+
+    rng = np.random.default_rng(3)
+    n, c = 60, 24
+    p = rng.dirichlet(np.full(n, 0.3), size=c).astype(np.float32)
+    q = rng.dirichlet(np.full(n, 0.3), size=c).astype(np.float32)
+    p_cal = rng.dirichlet(np.full(n, 0.3), size=16)
+    q_cal = rng.dirichlet(np.full(n, 0.3), size=16)
+    mu, factor = collect.calibration_stats(p_cal, rank=4)
+    counts = rng.integers(1, 100, size=n)
+    out = study.acceptance_study(p, q, counts, (30, 10), mu=mu, factor=factor, p_cal=p_cal,
+                                 q_cal=q_cal, n_steps=50, rng=rng, other_tests=4)
+    assert out["n_tests"] == 2 * 2 * len(samplers.SAMPLERS) + 4
+    levels = {chk["test_level"] for row in out["rows"] for chk in row["checks"].values()}
+    assert levels == {out["false_alarm"] / out["n_tests"]}
+    vm = pruning.pruned_vocab_map(counts, 10)
+    tli = rt_tli(pruned_draft_probs(q_cal, vm), vm)
+    t = out["taus"][10]
+    assert_close(t["tli_calibration_alpha"], acceptance_rate(p_cal, tli).mean())
+    assert t["at_grid_edge"]["rdk_first_order"] == (t["rdk_first_order"]
+                                                    == min(t["calibration_alpha_by_tau"]["rdk_first_order"]))

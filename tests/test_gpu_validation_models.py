@@ -121,3 +121,37 @@ def test_cli_models_list_and_bad_input(tmp_path, monkeypatch, capsys):
     assert "error: unknown model" in capsys.readouterr().err
     assert main(["validate", "--kept", "4096,abc"]) == 2
     assert "--kept" in capsys.readouterr().err
+    # a kept size beyond the built-in drafter's vocabulary: refused before any model loads
+    assert main(["validate", "--kept", "200000", "--out", str(tmp_path / "run")]) == 2
+    assert capsys.readouterr().err.strip() == (
+        "error: --kept 200000 exceeds the vocabulary of qwen2.5-coder-0.5b (151,936 tokens)")
+    assert not (tmp_path / "run").exists()
+
+
+def test_bf16_cache_copy_leaves_the_live_model_at_its_own_precision(tmp_path):
+    """The first load writes a bf16 copy for later loads; the float32 model that wrote it must
+    keep its float32 weights (converting it to bf16 and back used to round them)."""
+    import torch
+    from transformers import LlamaConfig, LlamaForCausalLM
+
+    from gpu_validation import models
+
+    torch.manual_seed(0)
+    lm = LlamaForCausalLM(LlamaConfig(vocab_size=32, hidden_size=16, intermediate_size=32,
+                                      num_hidden_layers=1, num_attention_heads=2,
+                                      num_key_value_heads=2)).to(torch.float32)
+    before = {k: v.clone() for k, v in lm.state_dict().items()}
+
+    class Tok:
+        def save_pretrained(self, path):
+            (path / "tokenizer.stub").write_text("stub")
+
+    stub = type("M", (), {"sha256": "0" * 64, "name": "tiny"})()
+    models._save_bf16(lm, Tok(), stub, tmp_path / "tiny-bf16")
+    assert lm.dtype == torch.float32
+    for k, v in lm.state_dict().items():
+        assert torch.equal(v, before[k]), k
+    saved = LlamaForCausalLM.from_pretrained(tmp_path / "tiny-bf16", dtype=torch.bfloat16)
+    for k, v in saved.state_dict().items():
+        assert torch.equal(v, before[k].to(torch.bfloat16)), k
+    assert (tmp_path / "tiny-bf16" / models.SOURCE_STAMP).is_file()
