@@ -86,11 +86,9 @@ def best_mixing_lambda(target_probs, tli_proposals, w):
     with np.errstate(divide="ignore", invalid="ignore"):
         kinks = (p - qp) / d
     inner = np.isfinite(kinks) & (kinks > 0) & (kinks < 1)
-    order = np.argsort(kinks[inner], kind="stable")
-    lam_sorted = kinks[inner][order]
-    drop_sorted = np.abs(d[inner])[order] / n_ctx
-    cand, first = np.unique(lam_sorted, return_index=True)
-    drops = np.add.reduceat(drop_sorted, first) if cand.size else np.empty(0)
+    # the distinct breakpoints, sorted, and the total slope drop at each
+    cand, which = np.unique(kinks[inner], return_inverse=True)
+    drops = np.bincount(which, weights=np.abs(d[inner]), minlength=cand.size) / n_ctx
     # slopes[j]: the slope of A on (points[j], points[j + 1])
     points = np.concatenate([[0.0], cand, [1.0]])
     slopes = slope0 - np.concatenate([[0.0], np.cumsum(drops)])

@@ -39,24 +39,13 @@ from . import _blocked, _fused
 from .acceptance import acceptance_rate
 from .kernels import _centred_factor, _DeviceCache
 from ._fused import _F64
-from .validation import InputError, as_calibration, as_real_array, same_backend
+from .validation import InputError, as_calibration, as_real_array, check_tau, same_backend
 
 
 def _plain(x) -> bool:
     """A non-empty numpy float64 array of at least one axis (not a subclass): the decode-loop
     input, tested with a few attribute reads because the test runs on every call."""
     return type(x) is np.ndarray and x.dtype == _F64 and x.ndim > 0 and x.size > 0
-
-
-def _check_tau(tau) -> None:
-    """A softmax temperature: a real number, finite and > 0 (overflow of ``C / tau`` is
-    checked once the factor is known, in :meth:`FirstOrderCovarianceKernel._setup`)."""
-    try:
-        ok = bool(tau > 0 and np.isfinite(tau))
-    except TypeError:
-        ok = False
-    if not ok:
-        raise InputError(f"tau must be finite and > 0, got {tau!r}")
 
 
 def _target_fits(p, q) -> bool:
@@ -95,7 +84,7 @@ class FirstOrderCovarianceKernel:
         # rows renormalised exactly (as_calibration): then every row of C sums to 0, which is
         # what makes the first-order vector sum to sum q' without a renormalising pass
         cal = as_calibration(calibration_probs)
-        _check_tau(tau)
+        check_tau(tau)
         s, n = cal.shape
         c = _centred_factor(cal)  # (S, N): Omega = c.T @ c
         if rank is not None:
@@ -133,17 +122,16 @@ class FirstOrderCovarianceKernel:
             stored, shift = c, np.zeros(c.shape[0])
         else:
             raise InputError(f"factor_dtype must be 'float64' or 'float32', got {factor_dtype!r}")
-        tau = float(tau)
+        tau = float(tau)  # checked finite and > 0 by the callers
         with np.errstate(over="ignore"):
             a = (c * c).sum(axis=0) / tau  # diag(Omega) / tau, >= 0
-            big = max(float(a.max(initial=0.0)), float(np.abs(c).max(initial=0.0)) / tau,
-                      1.0 / tau)
-        if not np.isfinite(big):
+            c_over_tau = float(np.abs(c).max(initial=0.0)) / tau
+        if not np.isfinite(max(float(a.max(initial=0.0)), c_over_tau, 1.0 / tau)):
             # the exact kernel refuses the same tau (kernels.CovarianceSoftmaxKernel)
             raise InputError(f"Omega / tau or C / tau overflows at tau = {tau:g}: choose a "
                              "larger tau")
-        if engine == "blas" and factor_dtype == "float32" and c.size and (
-                np.abs(c).max() / tau >= np.finfo(np.float32).max):
+        if engine == "blas" and factor_dtype == "float32" and (
+                c_over_tau >= float(np.finfo(np.float32).max)):
             raise InputError(f"tau = {tau:g} puts C / tau beyond float32's range: float32 "
                              "products (engine='blas', factor_dtype='float32') cannot hold it; "
                              "use factor_dtype='float64'")
@@ -167,7 +155,7 @@ class FirstOrderCovarianceKernel:
         """Build from a precomputed factor ``C`` (S or r, N) with ``Omega = C^T C``.
 
         The factor is copied: later edits of the caller's array do not reach the kernel."""
-        _check_tau(tau)
+        check_tau(tau)
         c = np.array(as_real_array(factor, "factor"), dtype=np.float64, order="C", copy=True)
         if c.ndim != 2 or c.shape[0] < 1 or c.shape[1] < 1 or not np.all(np.isfinite(c)):
             raise InputError(f"factor must be a finite 2-D (r, N) array with r, N >= 1, "
@@ -191,9 +179,7 @@ class FirstOrderCovarianceKernel:
         ``left`` and ``right`` (2 (r + 1) x N float64) are built on the first call that needs
         them, so a kernel that only ever runs on the fused engine does not hold them."""
         if self._products is None:
-            c = self.factor
-            self._products = (np.vstack([c * self.inv_z, self.inv_z[None, :]]),  # (S + 1, N)
-                              np.vstack([c / self.tau, np.ones((1, self.n))]))  # (S + 1, N)
+            self._products = self._product_matrices()
         left, right = self._products
         if B.is_torch(like):
             g = self._torch.get
@@ -308,14 +294,16 @@ class FirstOrderCovarianceKernel:
         if not (self.engine == "blas" and self.factor_dtype == "float32"):
             return self._arrays(self.factor)
         if self._products32 is None:
-            if self._products is None:
-                c = self.factor
-                left = np.vstack([c * self.inv_z, self.inv_z[None, :]]).astype(np.float32)
-                right = np.vstack([c / self.tau, np.ones((1, self.n))]).astype(np.float32)
-            else:
-                left, right = (x.astype(np.float32) for x in self._products)
-            self._products32 = (left, right)
+            products = self._products or self._product_matrices()
+            self._products32 = tuple(x.astype(np.float32) for x in products)
         return (*self._products32, self._coef)
+
+    def _product_matrices(self):
+        """``(left, right)``, each (S + 1, N) float64: ``[C / Z ; 1 / Z]`` and ``[C / tau ; 1]``
+        (see :meth:`_arrays`); built afresh on each call, kept by the callers."""
+        c = self.factor
+        return (np.vstack([c * self.inv_z, self.inv_z[None, :]]),
+                np.vstack([c / self.tau, np.ones((1, self.n))]))
 
     def max_offdiag_affinity(self) -> float:
         """``max_{i != j} |B_ij|`` (forms Omega: small N only, for error checks)."""

@@ -26,7 +26,7 @@ import numpy as np
 from . import _backend as B
 from ._progress import progress
 from .validation import (InputError, as_calibration, as_prob_array, as_real_array,
-                         check_nonnegative, check_row_stochastic)
+                         check_nonnegative, check_row_stochastic, check_tau)
 
 
 class _DeviceCache:
@@ -251,8 +251,7 @@ class CovarianceSoftmaxKernel:
 
     def __init__(self, calibration_probs, tau: float, *, block_bytes: int = 64 * 2**20,
                  show_progress: bool | None = None):
-        if not (tau > 0 and np.isfinite(tau)):
-            raise InputError(f"tau must be finite and > 0, got {tau}")
+        check_tau(tau)
         cal = as_calibration(calibration_probs)  # float64 numpy, also for tensor input
         self.factor = _centred_factor(cal)
         self.tau = float(tau)
@@ -336,8 +335,7 @@ def sparse_topk_kernel(affinity, k: int, tau: float = 1.0, *, n: int | None = No
         rows_of = lambda rows: a[rows]  # noqa: E731
     if not 1 <= k <= n:
         raise InputError(f"k must be in [1, {n}], got {k}")
-    if not (tau > 0 and np.isfinite(tau)):
-        raise InputError(f"tau must be finite and > 0, got {tau}")
+    check_tau(tau)
     indptr = np.arange(0, n * k + 1, k)
     indices = np.empty(n * k, dtype=np.int64)
     data = np.empty(n * k)

@@ -195,6 +195,16 @@ def _check_torch_probs(x, name, allow_sub_stochastic, atol):
     return x
 
 
+def check_tau(tau) -> None:
+    """A softmax temperature: a real number, finite and > 0, or InputError."""
+    try:
+        ok = bool(tau > 0 and np.isfinite(tau))
+    except TypeError:
+        ok = False
+    if not ok:
+        raise InputError(f"tau must be finite and > 0, got {tau!r}")
+
+
 def as_draft_to_target(x, n_target: int, name: str = "draft_to_target") -> np.ndarray:
     """Return the drafter->target id map as int64, or raise InputError."""
     arr = np.asarray(host(x))

@@ -199,16 +199,12 @@ def pruned_draft_probs(draft_probs_full, vocab_map: VocabMap):
                          f"id {top}: its last axis must be the full drafter's vocabulary")
     if is_torch:  # stays on its device
         q = full.index_select(-1, vocab_map.on_device("dst", full.device))
-        mass = q.sum(-1, keepdim=True)
-        empty = ~(mass > 0)  # also catches NaN
-        if bool(empty.any()):
-            _no_kept_mass(empty.cpu().numpy(), mass.cpu().numpy())
-        return q / mass
-    q = full[..., vocab_map.draft_to_target]
-    mass = q.sum(axis=-1, keepdims=True)
-    empty = ~(mass > 0)
-    if np.any(empty):
-        _no_kept_mass(empty, mass)
+    else:
+        q = full[..., vocab_map.draft_to_target]
+    mass = B.total(q, keepdims=True)
+    empty = ~(mass > 0)  # also catches NaN
+    if bool(empty.any()):
+        _no_kept_mass(B.to_numpy(empty), B.to_numpy(mass))
     return q / mass
 
 
