@@ -18,10 +18,16 @@ of a cell's pair floors, ``floor_ms_by_method`` each pair's). Two cache regimes:
   time was a cold one: up to 3x the hot floor, which flattered those methods' ratios.) At
   batch 64 the arrays are far larger than any cache and the two regimes measure the same.
 
-Every sampler's row starts from the drafter's ``q`` and builds its whole proposal: TLI's
-``q'`` (``tli_proposal``), then, for the RDK rows, the kernel's transport of ``q'`` and the
-acceptance. Reported: the ratio to the floor of TLI, the rank-one marginal kernel (exact RDK in
-O(N)) and first-order RDK (``tli_proposal`` then ``transport_with_acceptance``) with the fused
+Every sampler's row starts from the drafter's ``q`` and builds its whole proposal and the
+acceptance: TLI's ``q'`` (``tli_proposal``) and ``sum min(p, q')``; the RDK rows call
+``rdk_proposal_with_acceptance(p, q, vm, kernel)``, which for the marginal kernel is
+``tli_proposal`` then the transport and the acceptance, and for first-order RDK hands the
+kernel TLI's unnormalised ``r`` (``normalise=True``: the division rides along in the engine's
+passes). The drafter here shares the target's vocabulary (identity map), so ``r`` is ``q``
+itself; a pruned drafter adds the same scatter to every row. ``r1_unfused`` is the rank-1
+kernel given ``q' = tli_proposal(q)`` instead: the cost of the division pass the fusion saves.
+Reported: the ratio to the floor of TLI, the rank-one marginal kernel (exact RDK in
+O(N)) and first-order RDK with the fused
 engine at ranks 1, 2, 4, 8 and
 with the full factor of S calibration rows, the fused engine with a float32 factor at ranks 4
 and 8, the fused engine on all of numba's threads (``_mt``) at ranks 1, 4, 8, the blas engine
@@ -139,12 +145,15 @@ def bench_floor_ratios(sizes, batches, s, ranks, repeats, rng, fused, regimes=RE
             full32 = full.astype(np.float32)
             ones32 = np.ones(n, dtype=np.float32)
             tli = lambda: rt.tli_proposal(q, vm, check=False)  # noqa: E731  (q' from q)
+            rdk = lambda k: rt.rdk_proposal_with_acceptance(p, q, vm, k, check=False)  # noqa: E731
+            kernels = _first_order_kernels(full, rt.case.default_tau(cal), s, ranks, fused)
             fns = {"tli": lambda: a(tli()),
-                   "marginal": lambda: a(mk.transport(tli())),
+                   "marginal": lambda: rdk(mk),
                    f"read_S{s}_f32": full32.sum}
-            fns.update({k: lambda fo=fo: fo.transport_with_acceptance(tli(), p)
-                        for k, fo in _first_order_kernels(full, rt.case.default_tau(cal), s,
-                                                          ranks, fused).items()})
+            if fused:  # the same kernel given q' = tli_proposal(q): what the fusion saves
+                r1 = kernels["first_order_r1_fused"]
+                fns["first_order_r1_unfused"] = lambda: r1.transport_with_acceptance(tli(), p)
+            fns.update({k: lambda fo=fo: rdk(fo) for k, fo in kernels.items()})
             fns[f"read_S{s}_f32_mt"] = lambda: full32 @ ones32
             for regime in regimes:
                 floors, ratios = {}, {}
@@ -239,7 +248,7 @@ def bench_products(n, batch, s, repeats, rng):
     return res
 
 
-_LABELS = {"tli": "TLI", "marginal": "marginal"}
+_LABELS = {"tli": "TLI", "marginal": "marginal", "first_order_r1_unfused": "r1 unfused"}
 
 
 def _label(method):

@@ -14,6 +14,10 @@ then makes about six more passes over each (N,) row. Here:
   compiled loop (:func:`_epilogue_py`) adds ``q' * coef``, writes ``q''`` once and sums
   ``min(p, q'')`` (the acceptance) and the negative parts (for the clip).
 
+With ``normalise=True`` (TLI's division folded in, as in :mod:`rdk_theory._fused`) the input
+is the unnormalised ``r``: a ones row of ``left`` makes the first product give ``sum r`` too,
+and the epilogue multiplies by ``1 / sum r``.
+
 So ``q''`` is written once and never read back, and the products run on BLAS's threads while
 the epilogue runs on the calling thread (no numba thread pool: the two pools' spinning
 workers cannot collide, see :mod:`rdk_theory._fused`).
@@ -25,7 +29,9 @@ asked for) the result agrees with the numpy engine to float64 round-off. In floa
 matrices are rounded to float32 and the products accumulate in float32; everything else is
 float64. Then the vector is within
 :func:`float32_error_bound` of the float64 computation of the same kernel, not within float64
-round-off, and it sums to ``sum q'`` only up to that error. The error bound is the classical one
+round-off, and it sums to ``sum q'`` only up to that error. With ``normalise=True`` the
+products run on the rounded ``r`` and are scaled by ``1 / sum r`` (its float64 sum) in float64
+afterwards, so the bound is ``float32_error_bound(r, ...) / sum r``. The error bound is the classical one
 for a dot product computed in any order (Higham, *Accuracy and Stability of Numerical
 Algorithms*, 2nd ed., 2002, Lemma 3.1 and section 3.1), applied to both products and to the
 roundings of the operands, with an absolute term for underflow.
@@ -49,12 +55,14 @@ _compiled: dict = {}
 _F32 = np.dtype(np.float32)
 
 
-def _epilogue_py(buf, q, p, with_alpha, coef, out, r0, j0, alpha, low):
-    """``out[r0 + i, j0 + k] = buf[i, k] + q[r0 + i, j0 + k] coef[j0 + k]`` for the chunk,
-    with the chunk's ``sum min(p, q'')`` added to ``alpha`` and its negative parts to ``low``."""
+def _epilogue_py(buf, q, p, with_alpha, coef, scale, out, r0, j0, alpha, low):
+    """``out[r0 + i, j0 + k] = (buf[i, k] + q[r0 + i, j0 + k] coef[j0 + k]) g`` for the chunk,
+    ``g = scale[r0 + i]`` (the row's ``1 / sum r`` for normalising input, else 1), with the
+    chunk's ``sum min(p, q'')`` added to ``alpha`` and its negative parts to ``low``."""
     rows, m = buf.shape
     c = coef[j0:j0 + m]
     for i in range(rows):
+        g = scale[r0 + i]
         b = buf[i]
         qi = q[r0 + i, j0:j0 + m]
         oi = out[r0 + i, j0:j0 + m]
@@ -63,7 +71,7 @@ def _epilogue_py(buf, q, p, with_alpha, coef, out, r0, j0, alpha, low):
             pi = p[r0 + i, j0:j0 + m]
             s = 0.0
             for k in range(m):
-                x = b[k] + qi[k] * c[k]
+                x = (b[k] + qi[k] * c[k]) * g
                 oi[k] = x
                 y = pi[k]
                 s += x if x < y else y
@@ -71,7 +79,7 @@ def _epilogue_py(buf, q, p, with_alpha, coef, out, r0, j0, alpha, low):
             alpha[r0 + i] += s
         else:
             for k in range(m):
-                x = b[k] + qi[k] * c[k]
+                x = (b[k] + qi[k] * c[k]) * g
                 oi[k] = x
                 neg += x if x < 0.0 else 0.0
         low[r0 + i] += neg
@@ -88,8 +96,22 @@ def _epilogue():
         jit = numba.njit(cache=True, nogil=True, boundscheck=False,
                          fastmath={"reassoc", "contract", "nsz", "arcp"})
         _compiled["clip_row"] = jit(_fused._clip_row_py)
+        _compiled["to_f32"] = jit(_to_f32_py)
         _compiled["epilogue"] = jit(_epilogue_py)
     return _compiled["epilogue"]
+
+
+def _to_f32_py(x, out, sums):
+    """``out = float32(x)`` (rounded to nearest, as ``astype``) and ``sums`` = the rows' float64
+    sums, in one read of ``x``: the float32 products take the rounded rows, the scale of
+    normalising input the exact float64 sum (a float32 sum would be off by up to ``N 2^-24``)."""
+    for i in range(x.shape[0]):
+        t = 0.0
+        for k in range(x.shape[1]):
+            y = x[i, k]
+            out[i, k] = y
+            t += y
+        sums[i] = t
 
 
 def chunk_size(rows: int, n: int, itemsize: int, chunk_bytes: int = CHUNK_BYTES) -> int:
@@ -98,17 +120,22 @@ def chunk_size(rows: int, n: int, itemsize: int, chunk_bytes: int = CHUNK_BYTES)
     return int(min(n, max(MIN_CHUNK, chunk_bytes // (max(rows, 1) * itemsize))))
 
 
-def first_order(q_prime, target_probs, arrays, *, rows: int = ROWS,
+def first_order(q_prime, target_probs, arrays, *, normalise: bool = False, rows: int = ROWS,
                 chunk_bytes: int = CHUNK_BYTES):
     """First-order proposal (and, when ``target_probs`` is given, its acceptance).
 
     ``q_prime`` (..., N) float64; ``target_probs`` broadcastable to it, or None.
-    ``arrays = (left, right, coef)``: ``left`` and ``right`` (S + 1, N), both float64 or both
-    float32, with ``q'' = (q' left^T) right + q' * coef`` before the clip (see
-    :meth:`rdk_theory.first_order.FirstOrderCovarianceKernel._arrays`); ``coef`` (N,) float64.
-    A row with a negative entry is clipped at 0 and renormalised to ``sum q'``, and its
-    acceptance recomputed, as on the other engines. ``rows`` and ``chunk_bytes`` set the block
-    and chunk sizes (tests use them to reach every path). Returns ``(proposal, alpha)``,
+    ``arrays = (left, right, coef)``: ``left`` (S + 2, N) and ``right`` (S + 1, N), both float64
+    or both float32, with ``q'' = (q' left[:-1]^T) right + q' * coef`` before the clip and
+    ``left[-1]`` all ones (see
+    :meth:`rdk_theory.first_order.FirstOrderCovarianceKernel._blas_arrays`); ``coef`` (N,)
+    float64. A row with a negative entry is clipped at 0 and renormalised to ``sum q'``, and
+    its acceptance recomputed, as on the other engines. With ``normalise=True`` the input is
+    any non-negative ``r`` and the result that of ``q' = r / sum r`` (zeros where the sum is
+    0), as in :func:`rdk_theory._fused.first_order`: the float64 products take ``sum r`` from
+    the ones row of ``left`` (float32 products: from the float64 sum taken while ``r`` is
+    rounded), and the epilogue scales by ``1 / sum r``. ``rows`` and ``chunk_bytes`` set the
+    block and chunk sizes (tests use them to reach every path). Returns ``(proposal, alpha)``,
     ``alpha`` None when ``target_probs`` is None. Needs numba.
     """
     epilogue = _compiled.get("epilogue")
@@ -133,20 +160,41 @@ def first_order(q_prime, target_probs, arrays, *, rows: int = ROWS,
     out = np.empty((n_rows, n))
     alpha = np.zeros(n_rows)
     low = np.zeros(n_rows)
+    sums = np.empty(n_rows)
+    scale = np.ones(n_rows)
     rb = max(1, min(int(rows), n_rows))
     ch = chunk_size(rb, n, left.dtype.itemsize, chunk_bytes)
     flat = np.empty(rb * ch, dtype=left.dtype)  # chunk buffer, reshaped per chunk: contiguous
+    f32 = left.dtype == _F32
+    q32 = np.empty((rb, n), dtype=_F32) if f32 else None
     for r0 in range(0, n_rows, rb):
         qb = q2[r0:r0 + rb]
-        u = (qb.astype(_F32) if left.dtype == _F32 else qb) @ left.T  # (rows, S + 1)
+        nb = qb.shape[0]
+        if f32:
+            _compiled["to_f32"](qb, q32[:nb], sums[r0:r0 + nb])
+            u = q32[:nb] @ left[:-1].T  # (rows, S + 1)
+        elif normalise:
+            u = qb @ left.T  # (rows, S + 2): the last column is sum r
+            sums[r0:r0 + nb] = u[:, -1]
+            u = np.ascontiguousarray(u[:, :-1])
+        else:
+            u = qb @ left[:-1].T
+        if normalise:
+            t = sums[r0:r0 + nb]
+            big = t >= _fused.TINY  # the rest: 0 (scale 0) or redone below
+            scale[r0:r0 + nb] = np.divide(1.0, t, out=np.zeros(nb), where=big)
         for j0 in range(0, n, ch):
             m = min(ch, n - j0)
-            buf = flat[:u.shape[0] * m].reshape(u.shape[0], m)
+            buf = flat[:nb * m].reshape(nb, m)
             np.matmul(u, right[:, j0:j0 + m], out=buf)
-            epilogue(buf, q2, p2, with_alpha, coef, out, r0, j0, alpha, low)
+            epilogue(buf, q2, p2, with_alpha, coef, scale, out, r0, j0, alpha, low)
     clip_row = _compiled["clip_row"]
     for i in np.flatnonzero(low < 0):  # rare: clip, renormalise, recompute the acceptance
-        clip_row(q2, p2, with_alpha, out, int(i), alpha)
+        clip_row(q2, p2, with_alpha, out, int(i), alpha, scale[i])
+    if normalise and np.any((sums > 0) & (sums < _fused.TINY)):
+        _fused.redo_small_sums(q2, p2 if with_alpha else None, sums, out, alpha,
+                               lambda qn, pn: first_order(qn, pn, arrays, rows=rows,
+                                                          chunk_bytes=chunk_bytes))
     return out.reshape(shape), (alpha.reshape(shape[:-1])[()] if with_alpha else None)
 
 

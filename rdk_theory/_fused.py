@@ -6,8 +6,9 @@ an in-place add, the negativity check and, for the acceptance, ``minimum`` and `
 compiled loop does it in two passes over the row, walking the target vocabulary in chunks that
 stay in L1:
 
-* pass 1: ``v = q' / Z`` for the chunk, ``sum v``, and ``u = C v`` (r dot products);
-  ``1 / Z`` comes from the diagonal coefficient (:func:`_pass1_py`), one array fewer to read;
+* pass 1: ``v = q' / Z`` for the chunk, ``sum v``, ``sum q'`` and ``u = C v`` (r dot
+  products); ``1 / Z`` comes from the diagonal coefficient (:func:`_pass1_py`), one array fewer
+  to read;
 * pass 2: ``q'' = sum v + q' * coef + C^T u / tau`` for the chunk, written once, with the sum
   of its negative parts (for the clip) and, when ``p`` is given, ``sum min(p, q'')`` (the
   acceptance).
@@ -17,6 +18,11 @@ are read in the same loop that reads ``q'`` (and, in pass 2, writes ``q''``);
 each further group of four rows adds one sweep over a chunk-sized buffer in L1
 (:func:`_group_py`). Writing the chunk's slices out before the loop is what lets LLVM
 vectorise it (indexing the whole rows did not).
+
+TLI's division can ride along (``normalise=True``): the input is then the drafter's
+unnormalised mass ``r`` on the target's tokens, pass 1's ``sum r`` gives the scale
+``1 / sum r``, and pass 2 applies it (the vector is linear in ``q'`` before the clip), so
+``q' = r / sum r`` is never written and read back.
 
 A row with a negative entry is then clipped and renormalised to ``sum q'`` exactly as the numpy
 path does, and its acceptance recomputed. Rows are taken in blocks that share one read of the
@@ -72,6 +78,11 @@ _ROW_BYTES_PER_BLOCK = 1 << 20
 #: (multi-threaded) win, and auto takes the blas engine (:mod:`rdk_theory._blocked`):
 #: benchmarks/results_cpu.json, S = 64 against rank 8 at batch 1 and 64.
 AUTO_MAX_ROWS = 16
+#: Smallest row sum that normalising input (``normalise=True``) is scaled by in the kernel:
+#: ``1 / sum`` is then at most 2^900, and an entry's absolute round-off at most 2^-174. A row
+#: with a smaller positive sum (a drafter that puts almost no mass on the target's vocabulary)
+#: is redone by dividing first (:func:`redo_small_sums`).
+TINY = 2.0 ** -900
 _compiled: dict = {}
 _F64 = np.dtype(np.float64)
 _LAUNCH = threading.Lock()
@@ -118,8 +129,8 @@ def _kernel(parallel: bool = True):
         jit = numba.njit(**opts)
         # The driver calls the helpers and prange by their global names: bind the jitted ones.
         g = globals()
-        for name in ("_group", "_weights", "_add4", "_dots", "_axpys", "_pass1", "_centre",
-                     "_pass2", "_clip_row", "_work_item"):
+        for name in ("_group", "_weights", "_add4", "_dots", "_axpys", "_pass1", "_scale_rows",
+                     "_centre", "_pass2", "_clip_row", "_work_item"):
             g[name] = jit(g[name + "_py"])
         g["prange"] = numba.prange
         _compiled["first_order"] = numba.njit(parallel=True, **opts)(_first_order_py)
@@ -181,22 +192,23 @@ def _dots_py(v, c, k0, j0, m, u):
         _add4(u, k, a0, a1, a2, a3)
 
 
-def _axpys_py(v, xs, ys, c, k0, j0, m, w):
-    """``v[j] = xs[j] ys[j] + sum_k w[k] c[k, j0 + j]`` over the factor rows ``k >= k0``, four
-    per sweep (the first sweep writes ``v``, the others add to it)."""
+def _axpys_py(v, xs, ys, g, c, k0, j0, m, w):
+    """``v[j] = xs[j] ys[j] g + sum_k w[k] c[k, j0 + j]`` over the factor rows ``k >= k0``,
+    four per sweep (the first sweep writes ``v``, the others add to it)."""
     for k in range(k0, c.shape[0], 4):
         c0, c1, c2, c3 = _group(c, k, j0, m)
         w0, w1, w2, w3 = _weights(w, k)
         if k == k0:
             for j in range(m):
-                v[j] = xs[j] * ys[j] + w0 * c0[j] + w1 * c1[j] + w2 * c2[j] + w3 * c3[j]
+                v[j] = xs[j] * ys[j] * g + w0 * c0[j] + w1 * c1[j] + w2 * c2[j] + w3 * c3[j]
         else:
             for j in range(m):
                 v[j] += w0 * c0[j] + w1 * c1[j] + w2 * c2[j] + w3 * c3[j]
 
 
-def _pass1_py(q, coef, inv_n, c, b0, nb_, j_lo, j_hi, chunk, u, sv, v):
-    """Columns ``[j_lo, j_hi)`` of rows ``b0 .. b0 + nb_``: ``sv += sum v``, ``u += C v``.
+def _pass1_py(q, coef, inv_n, c, b0, nb_, j_lo, j_hi, chunk, u, sv, sq, v):
+    """Columns ``[j_lo, j_hi)`` of rows ``b0 .. b0 + nb_``: ``sv += sum v``, ``u += C v`` and
+    ``sq += sum q`` (the row sum that normalises the input, see :func:`first_order`).
 
     ``v = q' / Z`` with ``1 / Z_j = (1 - coef_j) / N``, an identity of the first-order
     definition (``coef_j + N / Z_j = 1``: the vector sums to ``sum q'``), so both passes read
@@ -212,49 +224,68 @@ def _pass1_py(q, coef, inv_n, c, b0, nb_, j_lo, j_hi, chunk, u, sv, v):
         for i in range(nb_):
             qi = q[b0 + i, j0:j0 + m]
             s = 0.0
+            t = 0.0
             a0 = 0.0
             a1 = 0.0
             a2 = 0.0
             a3 = 0.0
             for j in range(m):
-                y = qi[j] * ((1.0 - cf[j]) * inv_n)
+                x = qi[j]
+                y = x * ((1.0 - cf[j]) * inv_n)
                 v[j] = y
                 s += y
+                t += x
                 a0 += y * c0[j]
                 a1 += y * c1[j]
                 a2 += y * c2[j]
                 a3 += y * c3[j]
             sv[i] += s
+            sq[i] += t
             _add4(u[i], 0, a0, a1, a2, a3)
             if r > 4:
                 _dots(v, c, 4, j0, m, u[i])
 
 
-def _centre_py(u, sv, shift, inv_tau, nb_):
-    """Turn the accumulated ``stored v`` into ``C v / tau`` and fold the shift into ``sum v``.
+def _scale_rows_py(sq, sums, scale, b0, nb_, normalise):
+    """Record the row sums and each row's scale: ``1 / sum q`` (normalising input; 0 for a
+    row whose sum is 0 or below :data:`TINY`, which the caller redoes), else 1."""
+    for i in range(nb_):
+        t = sq[i]
+        sums[b0 + i] = t
+        if normalise:
+            scale[b0 + i] = 1.0 / t if t >= TINY else 0.0
+        else:
+            scale[b0 + i] = 1.0
+
+
+def _centre_py(u, sv, shift, inv_tau, scale, b0, nb_):
+    """Turn the accumulated ``stored v`` into ``C v g / tau`` and fold the shift into
+    ``g sum v``, ``g = scale[b0 + i]`` (the input's linear scale, :func:`_scale_rows_py`).
 
     The stored factor is ``C + shift 1^T``: ``C v = stored v - shift sum v``, and
     ``C^T u / tau = stored^T u / tau - (shift . u / tau) 1`` goes into ``sum v``.
     """
     for i in range(nb_):
+        g = scale[b0 + i]
+        h = inv_tau * g
         corr = 0.0
         for k in range(u.shape[1]):
-            x = (u[i, k] - shift[k] * sv[i]) * inv_tau
+            x = (u[i, k] - shift[k] * sv[i]) * h
             u[i, k] = x
             corr += x * shift[k]
-        sv[i] -= corr
+        sv[i] = sv[i] * g - corr
 
 
-def _pass2_py(q, p, with_alpha, c, coef, out, b0, nb_, j_lo, j_hi, chunk, u, sv, lo, al, v,
-              one):
+def _pass2_py(q, p, with_alpha, c, coef, scale, out, b0, nb_, j_lo, j_hi, chunk, u, sv, lo,
+              al, v, one):
     """Columns ``[j_lo, j_hi)``: ``q''`` written once; ``lo += sum of its negative parts``
     (< 0 iff an entry is < 0) and, with ``p``, ``al += sum min(p, q'')``.
 
-    One loop forms ``q''`` from ``q' coef``, ``sum v`` and the first four factor rows and
-    writes it. With more than four rows, ``q' coef`` plus the other rows' terms are first put
-    in the chunk of ``v`` (:func:`_axpys_py`), and the loop reads ``v`` times ``one`` (ones) in
-    place of ``q' coef``. Without ``p`` the loop reads ``q'`` in its place (L1 hits): ``al``
-    then gets ``sum min(q', q'')``, which the caller never reads."""
+    One loop forms ``q''`` from ``q' coef g`` (``g`` the row's scale), ``sum v`` and the first
+    four factor rows and writes it. With more than four rows, ``q' coef g`` plus the other
+    rows' terms are first put in the chunk of ``v`` (:func:`_axpys_py`), and the loop reads
+    ``v`` times ``one`` (ones) in place of ``q' coef``. Without ``p`` the loop reads ``q'`` in
+    its place (L1 hits): ``al`` then gets ``sum min(q', q'')``, which the caller never reads."""
     r = c.shape[0]
     for j0 in range(j_lo, j_hi, chunk):
         m = min(j0 + chunk, j_hi) - j0
@@ -264,18 +295,20 @@ def _pass2_py(q, p, with_alpha, c, coef, out, b0, nb_, j_lo, j_hi, chunk, u, sv,
             qi = q[b0 + i, j0:j0 + m]
             pi = p[b0 + i, j0:j0 + m] if with_alpha else qi
             w0, w1, w2, w3 = _weights(u[i], 0)
+            g = scale[b0 + i]
             xs = qi
             ys = cf
             if r > 4:
-                _axpys(v, qi, cf, c, 4, j0, m, u[i])
+                _axpys(v, qi, cf, g, c, 4, j0, m, u[i])
                 xs = v[:m]
                 ys = one[:m]
+                g = 1.0
             s0 = sv[i]
             oi = out[b0 + i, j0:j0 + m]
             s = 0.0
             low = 0.0
             for j in range(m):  # selects, not min(): min() did not vectorise as well
-                x = s0 + xs[j] * ys[j] + w0 * c0[j] + w1 * c1[j] + w2 * c2[j] + w3 * c3[j]
+                x = s0 + xs[j] * ys[j] * g + w0 * c0[j] + w1 * c1[j] + w2 * c2[j] + w3 * c3[j]
                 oi[j] = x
                 y = pi[j]
                 s += x if x < y else y
@@ -284,8 +317,9 @@ def _pass2_py(q, p, with_alpha, c, coef, out, b0, nb_, j_lo, j_hi, chunk, u, sv,
             lo[i] += low
 
 
-def _clip_row_py(q, p, with_alpha, out, row, alpha):
-    """Rare: clip row ``row`` at 0, renormalise it to ``sum q'`` and recompute its acceptance."""
+def _clip_row_py(q, p, with_alpha, out, row, alpha, g):
+    """Rare: clip row ``row`` at 0, renormalise it to ``g sum q`` (``sum q'``: ``g`` is the
+    row's scale, 1 when ``q`` is ``q'`` itself) and recompute its acceptance."""
     oi = out[row]
     qi = q[row]
     n = oi.shape[0]
@@ -296,7 +330,7 @@ def _clip_row_py(q, p, with_alpha, out, row, alpha):
         oi[j] = x
         tot += x
         tq += qi[j]
-    scale = tq / tot if tot > 0 else 0.0
+    scale = tq * g / tot if tot > 0 else 0.0
     s = 0.0
     for j in range(n):
         x = oi[j] * scale
@@ -317,10 +351,13 @@ def _work_item_py(it, nseg, rb, n_rows, n_chunks, chunk, n):
     return b, s, b0, min(b0 + rb, n_rows) - b0, j_lo, j_hi
 
 
-def _first_order_py(q, p, with_alpha, c, shift, coef, inv_n, inv_tau, out, alpha, chunk, rb, nseg):
+def _first_order_py(q, p, with_alpha, c, shift, coef, inv_n, inv_tau, out, alpha, chunk, rb, nseg,
+                    normalise, sums, scale):
     """Rows in blocks of ``rb``; with ``nseg > 1`` each block's vocabulary is also split into
     ``nseg`` chunk-aligned segments. ``prange`` runs the work items on numba's threads in the
-    parallel build and is a plain ``range`` in the serial one (and un-jitted)."""
+    parallel build and is a plain ``range`` in the serial one (and un-jitted). ``sums`` and
+    ``scale`` (n_rows,) receive each row's sum and scale (:func:`_scale_rows_py`). Returns the
+    number of rows that normalising input left for the caller to redo (sum in ``(0, TINY)``)."""
     n_rows, n = q.shape
     r = c.shape[0]
     nblk = (n_rows + rb - 1) // rb
@@ -333,45 +370,58 @@ def _first_order_py(q, p, with_alpha, c, shift, coef, inv_n, inv_tau, out, alpha
             sv = np.zeros(rb)
             lo = np.zeros(rb)
             al = np.zeros(rb)
+            sq = np.zeros(rb)
             v = np.empty(chunk)
-            _pass1(q, coef, inv_n, c, b0, nb_, 0, n, chunk, u, sv, v)
-            _centre(u, sv, shift, inv_tau, nb_)
-            _pass2(q, p, with_alpha, c, coef, out, b0, nb_, 0, n, chunk, u, sv, lo, al, v, one)
+            _pass1(q, coef, inv_n, c, b0, nb_, 0, n, chunk, u, sv, sq, v)
+            _scale_rows(sq, sums, scale, b0, nb_, normalise)
+            _centre(u, sv, shift, inv_tau, scale, b0, nb_)
+            _pass2(q, p, with_alpha, c, coef, scale, out, b0, nb_, 0, n, chunk, u, sv, lo, al, v,
+                   one)
             for i in range(nb_):
                 alpha[b0 + i] = al[i]
                 if lo[i] < 0:
-                    _clip_row(q, p, with_alpha, out, b0 + i, alpha)
-        return
-    # fewer blocks than threads (batch 1): split the vocabulary, reduce u between the passes
-    n_chunks = (n + chunk - 1) // chunk
-    u = np.zeros((nblk, nseg, rb, r))
-    sv = np.zeros((nblk, nseg, rb))
-    lo = np.zeros((nblk, nseg, rb))
-    al = np.zeros((nblk, nseg, rb))
-    for it in prange(nblk * nseg):
-        b, s, b0, nb_, j_lo, j_hi = _work_item(it, nseg, rb, n_rows, n_chunks, chunk, n)
-        _pass1(q, coef, inv_n, c, b0, nb_, j_lo, j_hi, chunk, u[b, s], sv[b, s], np.empty(chunk))
-    for b in range(nblk):
-        for s in range(1, nseg):
-            u[b, 0] += u[b, s]
-            sv[b, 0] += sv[b, s]
-        _centre(u[b, 0], sv[b, 0], shift, inv_tau, min(b * rb + rb, n_rows) - b * rb)
-    for it in prange(nblk * nseg):
-        b, s, b0, nb_, j_lo, j_hi = _work_item(it, nseg, rb, n_rows, n_chunks, chunk, n)
-        _pass2(q, p, with_alpha, c, coef, out, b0, nb_, j_lo, j_hi, chunk,
-               u[b, 0], sv[b, 0], lo[b, s], al[b, s], np.empty(chunk), one)
-    for row in range(n_rows):
-        b = row // rb
-        i = row - b * rb
-        alpha[row] = al[b, :, i].sum()
-        if lo[b, :, i].sum() < 0:
-            _clip_row(q, p, with_alpha, out, row, alpha)
+                    _clip_row(q, p, with_alpha, out, b0 + i, alpha, scale[b0 + i])
+    else:  # fewer blocks than threads (batch 1): split the vocabulary, reduce u between passes
+        n_chunks = (n + chunk - 1) // chunk
+        u = np.zeros((nblk, nseg, rb, r))
+        sv = np.zeros((nblk, nseg, rb))
+        lo = np.zeros((nblk, nseg, rb))
+        al = np.zeros((nblk, nseg, rb))
+        sq = np.zeros((nblk, nseg, rb))
+        for it in prange(nblk * nseg):
+            b, s, b0, nb_, j_lo, j_hi = _work_item(it, nseg, rb, n_rows, n_chunks, chunk, n)
+            _pass1(q, coef, inv_n, c, b0, nb_, j_lo, j_hi, chunk, u[b, s], sv[b, s], sq[b, s],
+                   np.empty(chunk))
+        for b in range(nblk):
+            for s in range(1, nseg):
+                u[b, 0] += u[b, s]
+                sv[b, 0] += sv[b, s]
+                sq[b, 0] += sq[b, s]
+            nb_ = min(b * rb + rb, n_rows) - b * rb
+            _scale_rows(sq[b, 0], sums, scale, b * rb, nb_, normalise)
+            _centre(u[b, 0], sv[b, 0], shift, inv_tau, scale, b * rb, nb_)
+        for it in prange(nblk * nseg):
+            b, s, b0, nb_, j_lo, j_hi = _work_item(it, nseg, rb, n_rows, n_chunks, chunk, n)
+            _pass2(q, p, with_alpha, c, coef, scale, out, b0, nb_, j_lo, j_hi, chunk,
+                   u[b, 0], sv[b, 0], lo[b, s], al[b, s], np.empty(chunk), one)
+        for row in range(n_rows):
+            b = row // rb
+            i = row - b * rb
+            alpha[row] = al[b, :, i].sum()
+            if lo[b, :, i].sum() < 0:
+                _clip_row(q, p, with_alpha, out, row, alpha, scale[row])
+    small = 0
+    if normalise:
+        for row in range(n_rows):
+            if 0.0 < sums[row] < TINY:
+                small += 1
+    return small
 
 
 # Plain-Python bindings (the loops also run un-jitted, slowly); _kernel() rebinds the jitted ones.
-(_group, _weights, _add4, _dots, _axpys, _pass1, _centre, _pass2, _clip_row, _work_item,
- prange) = (_group_py, _weights_py, _add4_py, _dots_py, _axpys_py, _pass1_py, _centre_py,
-            _pass2_py, _clip_row_py, _work_item_py, range)
+(_group, _weights, _add4, _dots, _axpys, _pass1, _scale_rows, _centre, _pass2, _clip_row,
+ _work_item, prange) = (_group_py, _weights_py, _add4_py, _dots_py, _axpys_py, _pass1_py,
+                        _scale_rows_py, _centre_py, _pass2_py, _clip_row_py, _work_item_py, range)
 
 
 def plan(n_rows: int, n: int, factor_bytes: int, threads: int, *, chunk: int = CHUNK,
@@ -398,11 +448,18 @@ def default_threads() -> int:
     return _compiled["most"]
 
 
-def first_order(q_prime, target_probs, arrays, *, threads=None, chunk=CHUNK, rows=None,
-                segments=None):
+def first_order(q_prime, target_probs, arrays, *, normalise=False, threads=None, chunk=CHUNK,
+                rows=None, segments=None):
     """First-order proposal (and, when ``target_probs`` is given, its acceptance) in two passes.
 
-    ``q_prime`` (..., N) float64. ``arrays = (stored, shift, coef, tau)`` as set up by
+    ``q_prime`` (..., N) float64. With ``normalise=True`` it is any non-negative ``r`` (TLI's
+    unnormalised proposal, the drafter's mass on the target's tokens) and the result is that of
+    ``q' = r / sum r`` (all zeros where ``sum r = 0``, TLI's convention): pass 1 sums ``r``
+    beside ``C v``, and since the vector is linear in ``q'`` before the clip, ``C v``,
+    ``sum v`` and ``q' coef`` are scaled by ``1 / sum r`` on the way; the division pass that
+    would write ``q'`` and the pass that would read it back are saved.
+
+    ``arrays = (stored, shift, coef, tau)`` as set up by
     :class:`rdk_theory.first_order.FirstOrderCovarianceKernel`: the factor is
     ``C = stored - shift 1^T`` with ``stored`` (r, N) float64 or float32 and ``shift`` (r,)
     float64 (zeros when ``stored`` is ``C`` itself). ``threads``: how many of numba's threads
@@ -431,15 +488,34 @@ def first_order(q_prime, target_probs, arrays, *, threads=None, chunk=CHUNK, row
     n_rows = q2.shape[0]
     out = np.empty((n_rows, n))
     alpha = np.empty(n_rows)
+    sums = np.empty(n_rows)
+    scale = np.empty(n_rows)
     threads = 1 if threads is None or threads == 1 else max(1, min(int(threads), default_threads()))
     rb, nseg = _plan_memo(n_rows, n, stored.nbytes, threads, chunk, rows)
     args = (q2, p2, with_alpha, stored, shift, coef, 1.0 / n, 1.0 / tau, out, alpha,
-            chunk, rb, segments or nseg)
+            chunk, rb, segments or nseg, bool(normalise), sums, scale)
     if threads == 1:  # the serial build: no thread pool, no lock
-        serial(*args)
+        small = serial(*args)
     else:
-        _run_parallel(args, threads)
+        small = _run_parallel(args, threads)
+    if small:
+        redo_small_sums(q2, p2 if with_alpha else None, sums, out, alpha,
+                        lambda qn, pn: first_order(qn, pn, arrays, threads=threads, chunk=chunk))
     return out.reshape(shape), (alpha.reshape(shape[:-1])[()] if with_alpha else None)
+
+
+def redo_small_sums(r, p, sums, out, alpha, run):
+    """Rows of normalising input whose sum is positive but below :data:`TINY` (the engines
+    gave them scale 0): divide them by their sum first, as :func:`rdk_theory.tli_proposal`
+    does, and redo them with ``run(q', p or None) -> (q'', alpha)``. Rare (the engines call it
+    only when they found such a row); shared by both compiled engines."""
+    small = np.flatnonzero((sums > 0) & (sums < TINY))
+    if small.size:
+        rows = r[small]
+        got, a = run(rows / rows.sum(axis=-1, keepdims=True), None if p is None else p[small])
+        out[small] = got
+        if p is not None:
+            alpha[small] = a
 
 
 @functools.lru_cache(maxsize=256)
@@ -461,7 +537,7 @@ def _run_parallel(args, threads):
         if before != threads:
             set_threads(threads)
         try:
-            kernel(*args)
+            return kernel(*args)
         finally:
             if before != threads:
                 set_threads(before)

@@ -79,6 +79,10 @@ class FirstOrderCovarianceKernel:
         depend on it beyond round-off.
     """
 
+    #: :meth:`transport` takes TLI's unnormalised proposal (``normalise=True``):
+    #: :func:`rdk_theory.rdk_proposal` then leaves the division to the kernel's own passes.
+    fuses_normalisation = True
+
     def __init__(self, calibration_probs, tau: float, *, rank: int | None = None,
                  engine: str = "auto", factor_dtype: str = "float64", threads: int | None = None):
         # rows renormalised exactly (as_calibration): then every row of C sums to 0, which is
@@ -176,11 +180,11 @@ class FirstOrderCovarianceKernel:
             u = [C v ; sum v] = q' @ left.T  with v = q' / Z,
             q'' = u @ [C / tau ; 1] + q' * (diag_coef - a / Z)   (the ones row adds sum v).
 
-        ``left`` and ``right`` (2 (r + 1) x N float64) are built on the first call that needs
-        them, so a kernel that only ever runs on the fused engine does not hold them."""
-        if self._products is None:
-            self._products = self._product_matrices()
-        left, right = self._products
+        ``left`` and ``right`` ((r + 1) x N float64 each) are built on the first call that
+        needs them (:meth:`_product_matrices`), so a kernel that only ever runs on the fused
+        engine does not hold them."""
+        left, right = self._float64_products()
+        left = left[:-1]  # without the blas engine's ones row (a view)
         if B.is_torch(like):
             g = self._torch.get
             return g("l", left, like), g("r", right, like), g("k", self._coef, like)
@@ -201,16 +205,26 @@ class FirstOrderCovarianceKernel:
             out += np.multiply(q_prime, coef)
         return out
 
-    def transport(self, q_prime):
+    def transport(self, q_prime, *, normalise: bool = False):
         """The first-order RDK proposal: clipped at 0 and renormalised to ``sum q'``.
 
         When no entry is negative the vector already sums to ``sum q'`` (up to round-off) and is
         returned as is; either way the returned vector is the one to sample, divide by and
         build the residual from.
+
+        ``normalise=True``: ``q_prime`` is any non-negative ``r``, typically
+        :func:`rdk_theory.vanilla_proposal` (the drafter's mass on the target's tokens), and the
+        result is the proposal of ``q' = r / sum r`` (TLI's proposal; zeros where ``sum r`` is
+        0). The compiled engines fold that division into their passes (the vector is linear in
+        ``q'`` before the clip), saving the pass that writes ``q'`` and the one that reads it
+        back; the other paths divide first. Same numbers either way, to float64 round-off
+        (float32 products: within ``float32_error_bound(r, ...) / sum r``).
         """
         engine = self._route(q_prime)
         if engine:
-            return self._run(engine, q_prime, None)[0]
+            return self._run(engine, q_prime, None, normalise)[0]
+        if normalise:
+            q_prime = B.safe_divide(q_prime, B.total(q_prime, keepdims=True))
         out = self.transport_unclipped(q_prime)
         if B.is_torch(out):
             if bool((out < 0).any()):
@@ -222,17 +236,18 @@ class FirstOrderCovarianceKernel:
             out *= B.safe_divide(B.total(q_prime, keepdims=True), B.total(out, keepdims=True))
         return out
 
-    def transport_with_acceptance(self, q_prime, target_probs):
+    def transport_with_acceptance(self, q_prime, target_probs, *, normalise: bool = False):
         """``(q'', alpha(p, q''))``: the proposal of :meth:`transport` and its acceptance.
 
         With the fused and blas engines both come out of the same passes over each row (the
         acceptance costs no extra read of the proposal); otherwise this is
         ``transport`` followed by :func:`rdk_theory.acceptance_rate` on trusted arrays.
+        ``normalise`` as in :meth:`transport`.
         """
         engine = self._route(q_prime)
         if engine and _target_fits(target_probs, q_prime):
-            return self._run(engine, q_prime, target_probs)
-        out = self.transport(q_prime)
+            return self._run(engine, q_prime, target_probs, normalise)
+        out = self.transport(q_prime, normalise=normalise)
         # mixed numpy/torch input: the acceptance is computed on the tensor's device
         return out, acceptance_rate(*same_backend(target_probs, out, ("target_probs", "q_prime")),
                                     check=False)
@@ -279,31 +294,42 @@ class FirstOrderCovarianceKernel:
                              f"got {type(q_prime).__name__} {getattr(q_prime, 'dtype', '')}")
         return self._compiled_engine() if usable else None
 
-    def _run(self, engine, q_prime, target_probs):
+    def _run(self, engine, q_prime, target_probs, normalise):
         """``(q'', alpha or None)`` on the compiled ``engine``."""
         if engine == "fused":
             return _fused.first_order(q_prime, target_probs, self._fused_arrays,
-                                      threads=self.threads)
-        return _blocked.first_order(q_prime, target_probs, self._blas_arrays())
+                                      normalise=normalise, threads=self.threads)
+        return _blocked.first_order(q_prime, target_probs, self._blas_arrays(),
+                                    normalise=normalise)
 
     def _blas_arrays(self):
-        """``(left, right, coef)`` for the blas engine: the numpy engine's float64 matrices
-        (float64 products, also for a float32 factor taken by ``engine="auto"``), or, for
+        """``(left, right, coef)`` for the blas engine: the numpy engine's float64 matrices,
+        ``left`` with its ones row (float64 products, also for a float32 factor taken by
+        ``engine="auto"``), or, for
         ``engine="blas"`` with a float32 factor, their float32 roundings, built once and kept
         instead of the float64 ones (which are built only if a torch call needs them)."""
         if not (self.engine == "blas" and self.factor_dtype == "float32"):
-            return self._arrays(self.factor)
+            return (*self._float64_products(), self._coef)
         if self._products32 is None:
             products = self._products or self._product_matrices()
             self._products32 = tuple(x.astype(np.float32) for x in products)
         return (*self._products32, self._coef)
 
+    def _float64_products(self):
+        """:meth:`_product_matrices`, built on first use and kept."""
+        if self._products is None:
+            self._products = self._product_matrices()
+        return self._products
+
     def _product_matrices(self):
-        """``(left, right)``, each (S + 1, N) float64: ``[C / Z ; 1 / Z]`` and ``[C / tau ; 1]``
-        (see :meth:`_arrays`); built afresh on each call, kept by the callers."""
+        """``(left, right)`` float64: ``[C / Z ; 1 / Z ; 1]`` (S + 2, N) and ``[C / tau ; 1]``
+        (S + 1, N) (see :meth:`_arrays`; ``left``'s ones row gives the blas engine the row sums
+        of normalising input, :func:`rdk_theory._blocked.first_order`); built afresh on each
+        call, kept by the callers."""
         c = self.factor
-        return (np.vstack([c * self.inv_z, self.inv_z[None, :]]),
-                np.vstack([c / self.tau, np.ones((1, self.n))]))
+        ones = np.ones((1, self.n))
+        return (np.vstack([c * self.inv_z, self.inv_z[None, :], ones]),
+                np.vstack([c / self.tau, ones]))
 
     def max_offdiag_affinity(self) -> float:
         """``max_{i != j} |B_ij|`` (forms Omega: small N only, for error checks)."""

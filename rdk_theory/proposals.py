@@ -20,7 +20,8 @@ vector, so ``alpha = 0`` and the step draws from ``p`` directly.
 from __future__ import annotations
 
 from . import _backend as B
-from .validation import InputError, as_prob_array
+from .acceptance import acceptance_rate
+from .validation import InputError, as_prob_array, same_backend
 
 SAMPLERS = ("vanilla", "tli", "rdk_exact", "rdk_first_order")
 
@@ -58,10 +59,42 @@ def rdk_proposal(draft_probs, vocab_map, kernel, *, check: bool = True):
 
     ``kernel`` is any object with ``transport(q_prime)`` (see :mod:`rdk_theory.kernels`); an
     exact kernel gives exact RDK, a :class:`rdk_theory.first_order.FirstOrderCovarianceKernel`
-    gives first-order RDK.
+    gives first-order RDK. A kernel whose class sets ``fuses_normalisation`` (the first-order
+    one) is given TLI's unnormalised ``r`` with ``normalise=True`` and divides by ``sum r``
+    inside its own passes (same numbers to round-off, one write and one read of ``q'`` fewer).
     """
     _check_kernel_size(kernel, vocab_map, "kernel")
+    if getattr(kernel, "fuses_normalisation", False):
+        return kernel.transport(vanilla_proposal(draft_probs, vocab_map, check=check),
+                                normalise=True)
     return kernel.transport(tli_proposal(draft_probs, vocab_map, check=check))
+
+
+def rdk_proposal_with_acceptance(target_probs, draft_probs, vocab_map, kernel, *,
+                                 check: bool = True):
+    """``(q'', alpha(p, q''))``: the proposal of :func:`rdk_proposal` and its acceptance.
+
+    The decode-loop call from the drafter's ``q`` to what a verification step needs. With a
+    first-order kernel on a compiled engine (numpy float64 input) TLI's division, the transport
+    and ``sum min(p, q'')`` all come out of the kernel's two passes over each row
+    (:meth:`rdk_theory.FirstOrderCovarianceKernel.transport_with_acceptance` with
+    ``normalise=True``); with any other kernel it is :func:`rdk_proposal` followed by
+    :func:`rdk_theory.acceptance_rate`. ``target_probs`` (..., N_T) broadcasts against the
+    proposal's leading axes.
+    """
+    q = _check(draft_probs, vocab_map, check)
+    _check_kernel_size(kernel, vocab_map, "kernel")
+    if check:
+        target_probs = as_prob_array(target_probs, "target_probs")
+        if target_probs.shape[-1] != vocab_map.n_target:
+            raise InputError(f"target_probs has {target_probs.shape[-1]} columns but the target "
+                             f"vocabulary has {vocab_map.n_target} tokens")
+    if getattr(kernel, "fuses_normalisation", False):
+        return kernel.transport_with_acceptance(vanilla_proposal(q, vocab_map, check=False),
+                                                target_probs, normalise=True)
+    out = kernel.transport(tli_proposal(q, vocab_map, check=False))
+    return out, acceptance_rate(*same_backend(target_probs, out, ("target_probs", "proposal")),
+                                check=False)
 
 
 def _check_kernel_size(kernel, vocab_map, name):

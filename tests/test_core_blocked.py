@@ -192,10 +192,13 @@ def test_the_epilogue_runs_as_plain_python_too():
     cal, q, p = _case(40, seed=9, batch=(3,))
     ref, blas = _pair(cal, 0.02)
     left, right, coef = blas._blas_arrays()
+    assert np.array_equal(left[-1], np.ones(40))  # the row-sum row (normalising input)
     out, alpha, low = np.empty_like(q), np.zeros(3), np.zeros(3)
-    buf = (q @ left.T) @ right
+    given = q * np.array([[1.0], [0.5], [3.0]])  # unnormalised rows, scaled back in the loop
+    buf = (given @ left[:-1].T) @ right
     for j0 in (0, 16, 32):  # three chunks, the last one short
-        _blocked._epilogue_py(buf[:, j0:j0 + 16], q, p, True, coef, out, 0, j0, alpha, low)
+        _blocked._epilogue_py(buf[:, j0:j0 + 16], given, p, True, coef,
+                              np.array([1.0, 2.0, 1 / 3]), out, 0, j0, alpha, low)
     assert_close(out, ref.transport(q))
     assert_close(alpha, rt.acceptance_rate(p, ref.transport(q)))
     assert np.all(low == 0)

@@ -204,17 +204,22 @@ def test_float32_factor_is_recentred_and_close_to_the_float64_kernel():
         rt.FirstOrderCovarianceKernel(cal, 0.01, factor_dtype="float16")
 
 
+@pytest.mark.parametrize("normalise", [False, True])
 @pytest.mark.parametrize("segments", [1, 3])
-def test_the_loops_run_as_plain_python_too(segments):
-    """The same loops, un-jitted, give the same numbers: the kernel's logic, not numba's."""
+def test_the_loops_run_as_plain_python_too(segments, normalise):
+    """The same loops, un-jitted, give the same numbers: the kernel's logic, not numba's
+    (with ``normalise``, from the unnormalised ``r = q / 4``)."""
     cal, q, p = _case(25, seed=3, batch=(3,))
     ref = rt.FirstOrderCovarianceKernel(cal, 3e-4, rank=6, engine="numpy", factor_dtype="float32")
-    out, alpha = np.empty_like(q), np.empty(3)
+    out, alpha, sums, scale = np.empty_like(q), np.empty(3), np.empty(3), np.empty(3)
     stored, shift, coef, tau = ref._fused_arrays
-    _fused._first_order_py(q, p, True, stored, shift, coef, 1 / q.shape[1], 1 / tau, out, alpha, 8, 2,
-                           segments)
+    given = q / 4 if normalise else q
+    _fused._first_order_py(given, p, True, stored, shift, coef, 1 / q.shape[1], 1 / tau, out, alpha,
+                           8, 2, segments, normalise, sums, scale)
     assert_close(out, ref.transport(q))
     assert_close(alpha, rt.acceptance_rate(p, ref.transport(q)))
+    assert_close(sums, given.sum(axis=-1))
+    assert_close(scale, 4.0 if normalise else 1.0)
 
 
 def test_shapes_zero_rows_and_sub_stochastic_input():
