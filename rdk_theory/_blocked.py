@@ -31,8 +31,8 @@ float64. Then the vector is within
 :func:`float32_error_bound` of the float64 computation of the same kernel, not within float64
 round-off, and it sums to ``sum q'`` only up to that error. With ``normalise=True`` the
 products run on the rounded ``r`` and are scaled by ``1 / sum r`` (its float64 sum) in float64
-afterwards, so the bound is ``float32_error_bound(r, ...) / sum r``. The error bound is the classical one
-for a dot product computed in any order (Higham, *Accuracy and Stability of Numerical
+afterwards, so the bound is ``float32_error_bound(r, ...) / sum r``. The error bound is the
+classical one for a dot product computed in any order (Higham, *Accuracy and Stability of Numerical
 Algorithms*, 2nd ed., 2002, Lemma 3.1 and section 3.1), applied to both products and to the
 roundings of the operands, with an absolute term for underflow.
 """

@@ -41,3 +41,51 @@ def test_rank_accuracy_cli_refuses_bad_input(capsys):
     with pytest.raises(SystemExit) as e:
         ra.main(["--keep", "1.5"])
     assert e.value.code == 2 and "--keep" in capsys.readouterr().err
+
+
+@pytest.mark.skipif(not _fused.available(), reason="numba not installed (extra 'fast')")
+def test_bench_proposals_times_what_it_names_and_tables_round_honestly():
+    """One tiny cell (N = 4096, hot, one repeat: the ratios are not checked, only what is timed
+    and reported): every first-order row computes the proposal of ``tli_proposal`` followed by
+    the kernel, fused or not, and the worst-ratio table keeps two decimals, so a 2.96x and a
+    3.04x cannot both print as a bold or plain "3.0x"."""
+    import numpy as np
+
+    import rdk_theory as rt
+    import rdk_theory.case  # noqa: F401  (default_tau)
+
+    bp = _load("bench_proposals")
+    rng = np.random.default_rng(0)
+    n = 4096
+    p, q, cal = bp._inputs(rng, n, 2, 8)
+    vm = rt.VocabMap.identity(n)
+    tau = rt.case.default_tau(cal)
+    fns = bp.cell_methods(p, q, cal, 8, (1, 2), True)
+    assert_close(fns["tli"](), rt.acceptance_rate(p, rt.tli_proposal(q, vm)))
+    first_order = [k for k in fns if k.startswith("first_order_")]
+    assert {"first_order_r1_unfused", "first_order_r1_fused", "first_order_S8_blas_f32",
+            "first_order_r2_fused_f32", "first_order_r2_numpy"} <= set(first_order)
+    for name in first_order:
+        got, alpha = fns[name]()
+        label = name.split("_")[2]  # r1, r2 or S8
+        factor = bp._centred(cal)
+        if label != "S8":  # truncated ranks from the factor's SVD, as the script builds them
+            _, sv, vt = np.linalg.svd(factor, full_matrices=False)
+            r = int(label[1:])
+            factor = sv[:r, None] * vt[:r]
+        ref = rt.FirstOrderCovarianceKernel.from_factor(
+            factor, tau, engine="numpy", factor_dtype="float32" if "f32" in name else "float64")
+        want = ref.transport(rt.tli_proposal(q, vm))  # the definition, from q
+        tol = FLOAT32_ATOL if name.endswith("blas_f32") else FLOAT64_ATOL
+        assert_close(got, want, rtol=0, atol=tol, err_msg=name)
+        assert_close(alpha, rt.acceptance_rate(p, want), rtol=0, atol=tol, err_msg=name)
+    rows = bp.bench_floor_ratios([n], [1], 8, (1, 2), 1, rng, True, regimes=("hot",))
+    assert {"first_order_r1_unfused_ratio", "first_order_r1_fused_ratio",
+            "first_order_S8_blas_f32_ratio"} <= set(rows[0])
+    summary = {"tli": {"batch1_hot": {"worst_ratio": 2.96, "within_target": True}},
+               "first_order_r1_unfused": {"batch1_hot": {"worst_ratio": 3.04,
+                                                         "within_target": False}}}
+    fake = [{"N": n, "batch": 1, "regime": "hot", "floor_ms": 1.0, "tli_ratio": 2.96,
+             "first_order_r1_unfused_ratio": 3.04}]
+    table = bp.markdown({"floor_ratios": fake, "summary": summary})
+    assert "| TLI | **2.96x** |" in table and "| r1 unfused | 3.04x |" in table
