@@ -16,7 +16,8 @@ then makes about six more passes over each (N,) row. Here:
 
 With ``normalise=True`` (TLI's division folded in, as in :mod:`rdk_theory._fused`) the input
 is the unnormalised ``r``: a ones row of ``left`` makes the first product give ``sum r`` too,
-and the epilogue multiplies by ``1 / sum r``.
+and the epilogue multiplies by ``1 / sum r`` (float32 products: rows with a sum outside
+:data:`F32_SUMS` are divided first instead).
 
 So ``q''`` is written once and never read back, and the products run on BLAS's threads while
 the epilogue runs on the calling thread (no numba thread pool: the two pools' spinning
@@ -31,7 +32,8 @@ float64. Then the vector is within
 :func:`float32_error_bound` of the float64 computation of the same kernel, not within float64
 round-off, and it sums to ``sum q'`` only up to that error. With ``normalise=True`` the
 products run on the rounded ``r`` and are scaled by ``1 / sum r`` (its float64 sum) in float64
-afterwards, so the bound is ``float32_error_bound(r, ...) / sum r``. The error bound is the
+afterwards, so the bound is ``float32_error_bound(r, ...) / sum r`` for a sum in
+:data:`F32_SUMS` (other rows are divided first: the bound of ``q'``). The error bound is the
 classical one for a dot product computed in any order (Higham, *Accuracy and Stability of Numerical
 Algorithms*, 2nd ed., 2002, Lemma 3.1 and section 3.1), applied to both products and to the
 roundings of the operands, with an absolute term for underflow.
@@ -51,6 +53,11 @@ ROWS = 64
 CHUNK_BYTES = 4 << 20
 #: Fewest vocabulary elements per chunk (large batches would otherwise get tiny chunks).
 MIN_CHUNK = 1024
+#: Row sums of normalising input that the float32 products take as they are: ``r`` is rounded
+#: to float32 before it is scaled, so a sum far from 1 would put its entries below float32's
+#: normal range (lost to underflow) or above its largest value (inf). Rows with a sum outside
+#: this range are divided first and redone (:func:`rdk_theory._fused.redo_small_sums`).
+F32_SUMS = (2.0 ** -60, 2.0 ** 60)
 _compiled: dict = {}
 _F32 = np.dtype(np.float32)
 
@@ -167,11 +174,15 @@ def first_order(q_prime, target_probs, arrays, *, normalise: bool = False, rows:
     flat = np.empty(rb * ch, dtype=left.dtype)  # chunk buffer, reshaped per chunk: contiguous
     f32 = left.dtype == _F32
     q32 = np.empty((rb, n), dtype=_F32) if f32 else None
+    lo, hi = F32_SUMS if f32 else (_fused.TINY, np.inf)
     for r0 in range(0, n_rows, rb):
         qb = q2[r0:r0 + rb]
         nb = qb.shape[0]
         if f32:
             _compiled["to_f32"](qb, q32[:nb], sums[r0:r0 + nb])
+            if normalise:  # rows redone below: zeros, not the infs of an overflowed rounding
+                t = sums[r0:r0 + nb]
+                q32[:nb][(t < lo) | (t > hi)] = 0
             u = q32[:nb] @ left[:-1].T  # (rows, S + 1)
         elif normalise:
             u = qb @ left.T  # (rows, S + 2): the last column is sum r
@@ -181,8 +192,8 @@ def first_order(q_prime, target_probs, arrays, *, normalise: bool = False, rows:
             u = qb @ left[:-1].T
         if normalise:
             t = sums[r0:r0 + nb]
-            big = t >= _fused.TINY  # the rest: 0 (scale 0) or redone below
-            scale[r0:r0 + nb] = np.divide(1.0, t, out=np.zeros(nb), where=big)
+            ok = (t >= lo) & (t <= hi)  # the rest: 0 (scale 0) or redone below
+            scale[r0:r0 + nb] = np.divide(1.0, t, out=np.zeros(nb), where=ok)
         for j0 in range(0, n, ch):
             m = min(ch, n - j0)
             buf = flat[:nb * m].reshape(nb, m)
@@ -191,10 +202,10 @@ def first_order(q_prime, target_probs, arrays, *, normalise: bool = False, rows:
     clip_row = _compiled["clip_row"]
     for i in np.flatnonzero(low < 0):  # rare: clip, renormalise, recompute the acceptance
         clip_row(q2, p2, with_alpha, out, int(i), alpha, scale[i])
-    if normalise and np.any((sums > 0) & (sums < _fused.TINY)):
+    if normalise and np.any((sums > 0) & ((sums < lo) | (sums > hi))):
         _fused.redo_small_sums(q2, p2 if with_alpha else None, sums, out, alpha,
                                lambda qn, pn: first_order(qn, pn, arrays, rows=rows,
-                                                          chunk_bytes=chunk_bytes))
+                                                          chunk_bytes=chunk_bytes), lo, hi)
     return out.reshape(shape), (alpha.reshape(shape[:-1])[()] if with_alpha else None)
 
 

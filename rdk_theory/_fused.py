@@ -504,12 +504,13 @@ def first_order(q_prime, target_probs, arrays, *, normalise=False, threads=None,
     return out.reshape(shape), (alpha.reshape(shape[:-1])[()] if with_alpha else None)
 
 
-def redo_small_sums(r, p, sums, out, alpha, run):
-    """Rows of normalising input whose sum is positive but below :data:`TINY` (the engines
-    gave them scale 0): divide them by their sum first, as :func:`rdk_theory.tli_proposal`
-    does, and redo them with ``run(q', p or None) -> (q'', alpha)``. Rare (the engines call it
-    only when they found such a row); shared by both compiled engines."""
-    small = np.flatnonzero((sums > 0) & (sums < TINY))
+def redo_small_sums(r, p, sums, out, alpha, run, lo=TINY, hi=np.inf):
+    """Rows of normalising input whose sum is positive but outside ``[lo, hi]`` (by default
+    below :data:`TINY`; the engines gave them scale 0): divide them by their sum first, as
+    :func:`rdk_theory.tli_proposal` does, and redo them with ``run(q', p or None) -> (q'',
+    alpha)``. Rare (the engines call it only when they found such a row); shared by both
+    compiled engines."""
+    small = np.flatnonzero((sums > 0) & ((sums < lo) | (sums > hi)))
     if small.size:
         rows = r[small]
         got, a = run(rows / rows.sum(axis=-1, keepdims=True), None if p is None else p[small])

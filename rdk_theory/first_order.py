@@ -218,7 +218,9 @@ class FirstOrderCovarianceKernel:
         0). The compiled engines fold that division into their passes (the vector is linear in
         ``q'`` before the clip), saving the pass that writes ``q'`` and the one that reads it
         back; the other paths divide first. Same numbers either way, to float64 round-off
-        (float32 products: within ``float32_error_bound(r, ...) / sum r``).
+        (float32 products: within ``float32_error_bound(r, ...) / sum r`` for ``sum r`` in
+        ``[2^-60, 2^60]``; a row outside that range is divided first, so that ``r`` rounded to
+        float32 neither underflows nor overflows).
         """
         engine = self._route(q_prime)
         if engine:

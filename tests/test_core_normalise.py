@@ -116,6 +116,57 @@ def test_blas_float32_products_normalised_stay_within_the_scaled_bound():
     assert_leq(err, bound + FLOAT64_RTOL * exact, slack=0.0)
     assert err.max() > 1e-13  # float32 arithmetic really ran
     assert_close(alpha, rt.acceptance_rate(p, ref.transport(_tli(r))), rtol=0, atol=FLOAT32_ATOL)
+    # the scale's sum is float64's, taken while r is rounded (a float32 sum: ~1e-7 relative)
+    r32, sums = np.empty(r.shape, dtype=np.float32), np.empty(r.shape[0])
+    _blocked._compiled["to_f32"](r, r32, sums)
+    assert np.array_equal(r32, r.astype(np.float32))
+    assert_close(sums, r.sum(axis=-1))
+
+
+@pytest.mark.parametrize("scale", [1e-40, 2.0 ** -880, 1e42, 1e300])
+def test_blas_float32_products_divide_first_where_rounding_r_would_under_or_overflow(scale):
+    """Float32 products round ``r`` before scaling it: a sum outside ``_blocked.F32_SUMS``
+    would lose the row to float32 underflow (an error of 0.07 on entries of 4e-4 at 1e-40,
+    before the fix) or turn it into inf and NaN (1e42). Such rows are divided first, so every
+    row is within the float32 bound of ``q' = r / sum r`` (sums in range: of ``r``, scaled), and
+    no floating-point warning is raised."""
+    cal, q, p = _case(2500, seed=5, s=24, batch=(3,))
+    ref, k = _kernels(cal, 0.02, "blas", "float32", None)
+    r = q * np.array([[1.0], [scale], [0.5]])
+    qp = _tli(r)
+    exact = ref.transport_unclipped(qp)
+    assert exact.min() > 0  # no clip: the bound is on the unclipped vector
+    left, right = ref._arrays(q)[:2]
+    bound = np.where(np.arange(3)[:, None] == 1, _blocked.float32_error_bound(qp, left, right),
+                     _blocked.float32_error_bound(r, left, right) / r.sum(axis=-1, keepdims=True))
+    with np.errstate(all="raise"):
+        got, alpha = k.transport_with_acceptance(r, p, normalise=True)
+    assert_leq(np.abs(got - exact), bound + FLOAT64_RTOL * exact, slack=0.0)
+    assert np.all(bound <= 1e-3 * exact)  # and the bound is tight enough to mean something
+    assert_close(alpha, rt.acceptance_rate(p, exact), rtol=0, atol=FLOAT32_ATOL)
+
+
+@pytest.mark.parametrize("with_target", [False, True])
+def test_rdk_proposal_hands_the_first_order_kernel_the_unnormalised_r(monkeypatch, with_target):
+    """The fused path is really taken: the kernel receives TLI's ``r`` (here with 30 % of the
+    drafter's mass outside the target) and ``normalise=True``, never ``q'``."""
+    vm, q, p, cal = _pruned()
+    k = rt.FirstOrderCovarianceKernel(cal, 0.02)
+    seen = []
+    for name in ("transport", "transport_with_acceptance"):
+        real = getattr(rt.FirstOrderCovarianceKernel, name)
+
+        def spy(self, x, *args, _real=real, **kw):
+            seen.append((x, kw.get("normalise", False)))
+            return _real(self, x, *args, **kw)
+        monkeypatch.setattr(rt.FirstOrderCovarianceKernel, name, spy)
+    if with_target:
+        rt.rdk_proposal_with_acceptance(p, q, vm, k)
+    else:
+        rt.rdk_proposal(q, vm, k)
+    (given, normalise), *_ = seen
+    assert normalise is True
+    assert np.array_equal(given, rt.vanilla_proposal(q, vm))
 
 
 def _pruned(n_t=3000, keep=700, batch=(2, 3), seed=2):
@@ -167,5 +218,7 @@ def test_rdk_proposal_with_acceptance_rejects_bad_input_by_name():
         rt.rdk_proposal_with_acceptance(-p, q, vm, k)
     with pytest.raises(rt.InputError, match="draft_probs"):
         rt.rdk_proposal_with_acceptance(p, q * 2, vm, k)
+    with pytest.raises(rt.InputError, match=r"leading shape \(2, 2\), draft_probs \(2, 3\)"):
+        rt.rdk_proposal_with_acceptance(p[:, :2], q, vm, k)  # batch shapes that do not broadcast
     with pytest.raises(rt.InputError, match="kernel is over 61 tokens"):
         rt.rdk_proposal_with_acceptance(p, q, vm, rt.DenseKernel(np.eye(61)))
