@@ -56,7 +56,7 @@ MIN_CHUNK = 1024
 #: Row sums of normalising input that the float32 products take as they are: ``r`` is rounded
 #: to float32 before it is scaled, so a sum far from 1 would put its entries below float32's
 #: normal range (lost to underflow) or above its largest value (inf). Rows with a sum outside
-#: this range are divided first and redone (:func:`rdk_theory._fused.redo_small_sums`).
+#: this range are divided first and redone (:func:`rdk_theory._fused.redo_dividing_first`).
 F32_SUMS = (2.0 ** -60, 2.0 ** 60)
 _compiled: dict = {}
 _F32 = np.dtype(np.float32)
@@ -203,7 +203,7 @@ def first_order(q_prime, target_probs, arrays, *, normalise: bool = False, rows:
     for i in np.flatnonzero(low < 0):  # rare: clip, renormalise, recompute the acceptance
         clip_row(q2, p2, with_alpha, out, int(i), alpha, scale[i])
     if normalise and np.any((sums > 0) & ((sums < lo) | (sums > hi))):
-        _fused.redo_small_sums(q2, p2 if with_alpha else None, sums, out, alpha,
+        _fused.redo_dividing_first(q2, p2 if with_alpha else None, sums, out, alpha,
                                lambda qn, pn: first_order(qn, pn, arrays, rows=rows,
                                                           chunk_bytes=chunk_bytes), lo, hi)
     return out.reshape(shape), (alpha.reshape(shape[:-1])[()] if with_alpha else None)

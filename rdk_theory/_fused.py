@@ -81,7 +81,7 @@ AUTO_MAX_ROWS = 16
 #: Smallest row sum that normalising input (``normalise=True``) is scaled by in the kernel:
 #: ``1 / sum`` is then at most 2^900, and an entry's absolute round-off at most 2^-174. A row
 #: with a smaller positive sum (a drafter that puts almost no mass on the target's vocabulary)
-#: is redone by dividing first (:func:`redo_small_sums`).
+#: is redone by dividing first (:func:`redo_dividing_first`).
 TINY = 2.0 ** -900
 _compiled: dict = {}
 _F64 = np.dtype(np.float64)
@@ -499,12 +499,12 @@ def first_order(q_prime, target_probs, arrays, *, normalise=False, threads=None,
     else:
         small = _run_parallel(args, threads)
     if small:
-        redo_small_sums(q2, p2 if with_alpha else None, sums, out, alpha,
+        redo_dividing_first(q2, p2 if with_alpha else None, sums, out, alpha,
                         lambda qn, pn: first_order(qn, pn, arrays, threads=threads, chunk=chunk))
     return out.reshape(shape), (alpha.reshape(shape[:-1])[()] if with_alpha else None)
 
 
-def redo_small_sums(r, p, sums, out, alpha, run, lo=TINY, hi=np.inf):
+def redo_dividing_first(r, p, sums, out, alpha, run, lo=TINY, hi=np.inf):
     """Rows of normalising input whose sum is positive but outside ``[lo, hi]`` (by default
     below :data:`TINY`; the engines gave them scale 0): divide them by their sum first, as
     :func:`rdk_theory.tli_proposal` does, and redo them with ``run(q', p or None) -> (q'',
