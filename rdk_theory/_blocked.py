@@ -152,17 +152,8 @@ def first_order(q_prime, target_probs, arrays, *, normalise: bool = False, rows:
                               "pip install 'rdk-theory[fast]'")
         epilogue = _epilogue()
     left, right, coef = arrays
-    shape = q_prime.shape
     n = coef.shape[0]
-    if shape[-1] != n:
-        raise ValueError(f"q' has {shape[-1]} entries per row, the kernel {n}")
-    q2 = _fused._rows(q_prime)
-    with_alpha = target_probs is not None
-    if with_alpha:
-        p = target_probs if target_probs.shape == shape else np.broadcast_to(target_probs, shape)
-        p2 = _fused._rows(p)
-    else:
-        p2 = q2[:0]
+    shape, q2, p2, with_alpha = _fused.rows_of(q_prime, target_probs, n)
     n_rows = q2.shape[0]
     out = np.empty((n_rows, n))
     alpha = np.zeros(n_rows)
@@ -202,11 +193,11 @@ def first_order(q_prime, target_probs, arrays, *, normalise: bool = False, rows:
     clip_row = _compiled["clip_row"]
     for i in np.flatnonzero(low < 0):  # rare: clip, renormalise, recompute the acceptance
         clip_row(q2, p2, with_alpha, out, int(i), alpha, scale[i])
-    if normalise and np.any((sums > 0) & ((sums < lo) | (sums > hi))):
+    if normalise:
         _fused.redo_dividing_first(q2, p2 if with_alpha else None, sums, out, alpha,
-                               lambda qn, pn: first_order(qn, pn, arrays, rows=rows,
-                                                          chunk_bytes=chunk_bytes), lo, hi)
-    return out.reshape(shape), (alpha.reshape(shape[:-1])[()] if with_alpha else None)
+                                   lambda qn, pn: first_order(qn, pn, arrays, rows=rows,
+                                                              chunk_bytes=chunk_bytes), lo, hi)
+    return _fused.shaped(out, alpha, shape, with_alpha)
 
 
 def float32_error_bound(q_prime, left, right):

@@ -474,17 +474,8 @@ def first_order(q_prime, target_probs, arrays, *, normalise=False, threads=None,
                               "pip install 'rdk-theory[fast]'")
         serial = _kernel(parallel=False)
     stored, shift, coef, tau = arrays
-    shape = q_prime.shape
     n = coef.shape[0]
-    if shape[-1] != n:
-        raise ValueError(f"q' has {shape[-1]} entries per row, the kernel {n}")
-    q2 = _rows(q_prime)
-    with_alpha = target_probs is not None
-    if with_alpha:
-        p = target_probs if target_probs.shape == shape else np.broadcast_to(target_probs, shape)
-        p2 = _rows(p)
-    else:
-        p2 = q2[:0]
+    shape, q2, p2, with_alpha = rows_of(q_prime, target_probs, n)
     n_rows = q2.shape[0]
     out = np.empty((n_rows, n))
     alpha = np.empty(n_rows)
@@ -500,16 +491,16 @@ def first_order(q_prime, target_probs, arrays, *, normalise=False, threads=None,
         small = _run_parallel(args, threads)
     if small:
         redo_dividing_first(q2, p2 if with_alpha else None, sums, out, alpha,
-                        lambda qn, pn: first_order(qn, pn, arrays, threads=threads, chunk=chunk))
-    return out.reshape(shape), (alpha.reshape(shape[:-1])[()] if with_alpha else None)
+                            lambda qn, pn: first_order(qn, pn, arrays, threads=threads, chunk=chunk))
+    return shaped(out, alpha, shape, with_alpha)
 
 
 def redo_dividing_first(r, p, sums, out, alpha, run, lo=TINY, hi=np.inf):
     """Rows of normalising input whose sum is positive but outside ``[lo, hi]`` (by default
     below :data:`TINY`; the engines gave them scale 0): divide them by their sum first, as
     :func:`rdk_theory.tli_proposal` does, and redo them with ``run(q', p or None) -> (q'',
-    alpha)``. Rare (the engines call it only when they found such a row); shared by both
-    compiled engines."""
+    alpha)``. Such rows are rare, and finding none costs one pass over ``sums``; shared by
+    both compiled engines."""
     small = np.flatnonzero((sums > 0) & ((sums < lo) | (sums > hi)))
     if small.size:
         rows = r[small]
@@ -542,6 +533,25 @@ def _run_parallel(args, threads):
         finally:
             if before != threads:
                 set_threads(before)
+
+
+def rows_of(q_prime, target_probs, n):
+    """The compiled engines' inputs: ``(shape, q2, p2, with_alpha)`` with ``q2`` and ``p2``
+    C-contiguous float64 (rows, N) (``p2`` broadcast to ``q'``'s shape, or an empty stand-in
+    when ``target_probs`` is None); ``ValueError`` when ``q'`` is not over ``n`` tokens."""
+    shape = q_prime.shape
+    if shape[-1] != n:
+        raise ValueError(f"q' has {shape[-1]} entries per row, the kernel {n}")
+    q2 = _rows(q_prime)
+    if target_probs is None:
+        return shape, q2, q2[:0], False
+    p = target_probs if target_probs.shape == shape else np.broadcast_to(target_probs, shape)
+    return shape, q2, _rows(p), True
+
+
+def shaped(out, alpha, shape, with_alpha):
+    """The engines' result: ``(q'' in q's shape, alpha in its leading shape or None)``."""
+    return out.reshape(shape), (alpha.reshape(shape[:-1])[()] if with_alpha else None)
 
 
 def _rows(x):
