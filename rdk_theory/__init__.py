@@ -28,7 +28,8 @@ from .proposals import (
     tli_proposal,
     vanilla_proposal,
 )
-from .sampling import InverseCdf, draw, emitted_counts, sample_steps, verify_draft, verify_step
+from .sampling import (InverseCdf, draw, emitted_counts, sample_counts, sample_steps, verify_draft,
+                       verify_step)
 from .validation import InputError
 from .vocab import VocabMap, keep_most_frequent, pruned_draft_probs
 
@@ -39,6 +40,7 @@ __all__ = [
     "MarginalKernel", "SparseKernel", "VocabMap", "acceptance_rate", "as_kernel",
     "build_proposals", "draw", "verify_draft", "InverseCdf", "calibration_covariance", "cosine_affinity", "covariance_affinity",
     "covariance_softmax_kernel", "emitted_counts", "keep_most_frequent", "oov_cap", "pruned_draft_probs",
-    "rdk_proposal", "rdk_proposal_with_acceptance", "residual", "sample_steps", "sparse_topk_kernel", "step_output_law",
+    "rdk_proposal", "rdk_proposal_with_acceptance", "residual", "sample_counts", "sample_steps",
+    "sparse_topk_kernel", "step_output_law",
     "synthetic", "tli_proposal", "total_variation", "vanilla_proposal", "verify_step",
 ]

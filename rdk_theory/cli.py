@@ -21,11 +21,18 @@ from .validation import InputError
 EXIT_BAD_INPUT = 2
 
 
+def _one_line(message: str) -> str:
+    """``message`` on one line: a line break inside it (a file name may hold one) is written
+    as ``\\n``, so that stderr is always the one ``error: ...`` line of the contract."""
+    return message.replace("\r", "\\r").replace("\n", "\\n")
+
+
 class _Parser(argparse.ArgumentParser):
     """Usage errors in the same one-line form as bad input: ``error: ...``, exit status 2."""
 
     def error(self, message):
-        self.exit(EXIT_BAD_INPUT, f"error: {self.prog}: {message} (see '{self.prog} --help')\n")
+        self.exit(EXIT_BAD_INPUT, _one_line(f"error: {self.prog}: {message} (see '{self.prog} "
+                                            "--help')") + "\n")
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -81,10 +88,10 @@ def main(argv: list[str] | None = None) -> int:
         os.dup2(devnull, sys.stdout.fileno())  # so that the exit-time flush does not fail too
         return 0
     except InputError as exc:
-        print(f"error: {exc}", file=sys.stderr)
+        print(_one_line(f"error: {exc}"), file=sys.stderr)
         return EXIT_BAD_INPUT
     except FileNotFoundError as exc:
-        print(f"error: file not found: {exc.filename or exc}", file=sys.stderr)
+        print(_one_line(f"error: file not found: {exc.filename or exc}"), file=sys.stderr)
         return EXIT_BAD_INPUT
     except KeyboardInterrupt:
         print("error: interrupted", file=sys.stderr)

@@ -10,7 +10,7 @@ import numpy as np
 from .acceptance import acceptance_rate, oov_cap
 from .case import KERNEL_CHOICES, kernels_for, load_case
 from .proposals import SAMPLERS, build_proposals
-from .sampling import emitted_counts, sample_steps
+from .sampling import COUNT_CHUNK, sample_counts
 from .validation import KERNEL_ATOL, NEG_ATOL, PROB_ATOL, InputError
 
 RAW = argparse.RawDescriptionHelpFormatter
@@ -19,7 +19,8 @@ CASE_HELP = (
     "  target_probs       (C, N_T)  target next-token distributions, one row per context\n"
     "  draft_probs        (C, N_D)  drafter distributions for the same contexts\n"
     "  draft_to_target    (N_D,)    int: the target id of each drafter token, -1 if absent;\n"
-    "                               no target id twice\n"
+    "                               no target id twice (whole-number floats are read\n"
+    "                               as ints; any other float is an error)\n"
     "  calibration_probs  (S, N_T)  optional, S >= 1: needed by --kernel marginal|covariance\n"
     "                               and by the first-order sampler\n"
     "  kernel             (N_T, N_T) optional, row-stochastic: needed by --kernel dense\n"
@@ -100,16 +101,15 @@ def cmd_sample(args) -> int:
                             first_order=first, check=False)
     r = props[args.sampler][0]
     p = case.target_probs[args.context]
-    tokens, accepted = sample_steps(p, r, args.n, np.random.default_rng(args.seed), check=False)
-    counts = emitted_counts(tokens, case.vocab_map.n_target)
+    counts, accepted = sample_counts(p, r, args.n, np.random.default_rng(args.seed))
     if args.json:
-        json.dump({"counts": [int(c) for c in counts], "accepted": int(accepted.sum()),
+        json.dump({"counts": [int(c) for c in counts], "accepted": accepted,
                    "n": int(args.n)}, sys.stdout)
         sys.stdout.write("\n")
         return 0
     alpha = float(clipped_acceptance(p, r))
     print(f"sampler {args.sampler}, context {args.context}, {args.n} steps, seed {args.seed}")
-    print(f"accepted {int(accepted.sum())} / {args.n} = {accepted.mean():.4f} "
+    print(f"accepted {accepted} / {args.n} = {accepted / args.n:.4f} "
           f"(exact alpha {alpha:.4f})")
     top = np.argsort(-counts)[:10]
     print(f"{'token':>8}{'count':>10}{'freq':>10}{'p':>10}")
@@ -154,7 +154,8 @@ def register_all(sub) -> None:
     s.add_argument("--sampler", choices=SAMPLERS, required=True)
     s.add_argument("--context", type=int, required=True,
                    help="context row K of the case, 0 <= K < C")
-    s.add_argument("--n", type=int, required=True, help="number of independent steps, >= 1")
+    s.add_argument("--n", type=int, required=True, help="number of independent steps, >= 1; drawn in blocks of "
+                   f"{COUNT_CHUNK:,} (memory stays flat, a progress bar shows on a terminal)")
     s.add_argument("--seed", type=int, required=True,
                    help="seed of numpy's default_rng, >= 0 (same seed, same output)")
     _add_kernel_options(s)

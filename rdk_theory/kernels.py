@@ -186,7 +186,9 @@ class MarginalKernel:
             w[:] = 1.0 / vocab_map.n_target
             return cls(w, 0.0)
         w[oov] = mu[oov] / mass
-        return cls(w, mass if lam is None else lam)
+        # rows normalised within tolerance (or a sum's round-off, 1 + 2^-52 when I is empty)
+        # can put mu(OOV) a hair above 1: the mass TLI cannot place is at most all of it
+        return cls(w, min(mass, 1.0) if lam is None else lam)
 
     def transport(self, q_prime):
         lam = self.lam

@@ -169,6 +169,41 @@ def verify_step(target_probs, proposal, rng):
     return int(tokens[0]), bool(accepted[0])
 
 
+#: Steps per draw of :func:`sample_counts`: about 30 MB of working arrays, whatever ``n``.
+COUNT_CHUNK = 1 << 20
+
+
+def sample_counts(target_probs, proposal, n: int, rng, *, chunk: int = COUNT_CHUNK,
+                  progress: bool | None = None):
+    """:func:`sample_steps` for any ``n`` in bounded memory: ``(counts, accepted)``.
+
+    The ``n`` steps are drawn ``chunk`` at a time (one call of :func:`sample_steps` each,
+    the same generator throughout), so memory stays at one chunk's arrays. ``counts`` is how
+    often each target id was emitted, (N_T,) int64; ``accepted`` how many drafts were
+    accepted, an int. For ``n <= chunk`` the draws are exactly those of
+    ``sample_steps(p, r, n, rng)``. ``progress``: a bar on stderr (None: when it is a terminal).
+    Numpy inputs; validated as :func:`sample_steps` validates them.
+    """
+    from ._progress import progress as bar
+
+    n, chunk = int(n), int(chunk)
+    if n < 0:
+        raise InputError(f"n must be >= 0, got {n}")
+    if chunk < 1:
+        raise InputError(f"chunk must be >= 1, got {chunk}")
+    if B.is_torch(target_probs) or B.is_torch(proposal):
+        raise InputError("sample_counts takes numpy arrays; use sample_steps for torch tensors")
+    counts, accepted = None, 0
+    sizes = [min(chunk, n - start) for start in range(0, n, chunk)] or [0]  # n = 0: validate
+    for size in bar(sizes, desc="steps", total=len(sizes), enabled=progress):
+        tokens, ok = sample_steps(target_probs, proposal, size, rng)  # checks its inputs
+        if counts is None:
+            counts = np.zeros(np.shape(target_probs)[-1], dtype=np.int64)
+        counts += np.bincount(tokens, minlength=counts.size)
+        accepted += int(ok.sum())
+    return counts, accepted
+
+
 def emitted_counts(tokens, n_target: int) -> np.ndarray:
     """How often each target id was emitted, (N_T,) int64."""
     return np.bincount(B.to_numpy(tokens), minlength=n_target).astype(np.int64)

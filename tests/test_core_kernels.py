@@ -51,6 +51,19 @@ def test_marginal_kernel_definition_and_identity_fallback():
     assert rt.MarginalKernel.from_calibration(cal, vm, lam=0.25).lam == 0.25
 
 
+def test_marginal_kernel_default_weight_is_capped_at_one():
+    # all calibration mass outside I: mu(OOV) sums to 1 + 2^-52 in float64 (and up to 1 + the
+    # input tolerance for rows normalised within it); the default lam is all of it, 1, not an
+    # InputError the user never asked for
+    cal = np.array([[0.1, 0.2, 0.3, 0.4], [0.7, 0.1, 0.1, 0.1], [0.3, 0.3, 0.3, 0.1]])
+    cal = np.vstack([cal, cal[::-1] * (1 + 5e-5)])
+    vm = rt.VocabMap(4, [-1, -1])  # a drafter none of whose tokens the target has
+    assert cal.mean(axis=0).sum() > 1
+    mk = rt.MarginalKernel.from_calibration(cal, vm)
+    assert mk.lam == 1.0
+    assert_close(mk.w, cal.mean(axis=0) / cal.mean(axis=0).sum())
+
+
 def test_sparse_topk_keeps_diagonal_and_k_largest_and_matches_dense_transport():
     rng = np.random.default_rng(2)
     cal = _cal(rng, n=30)

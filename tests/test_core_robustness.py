@@ -256,6 +256,7 @@ def test_acceptance_json_is_a_probability_and_inputs_within_tolerance_are_renorm
     (["acceptance", "{tmp}"], "is a directory"),
     (["acceptance", "{text}"], "not an .npz archive"),
     (["acceptance", "{npy}"], "not an .npz archive"),
+    (["acceptance", "{tmp}/no\nsuch.npz"], "no\\nsuch.npz"),  # a line break in the name
 ])
 def test_more_cli_edge_cases_exit_2_with_one_line(tmp_path, capsys, argv, message):
     _case(tmp_path / "c.npz")
@@ -263,7 +264,7 @@ def test_more_cli_edge_cases_exit_2_with_one_line(tmp_path, capsys, argv, messag
     np.save(tmp_path / "a.npy", np.ones(3))
     subs = {"{case}": tmp_path / "c.npz", "{tmp}": tmp_path, "{text}": tmp_path / "t.txt",
             "{npy}": tmp_path / "a.npy"}
-    argv = [str(subs.get(a, a)) for a in argv]
+    argv = [str(subs.get(a, a)).replace("{tmp}", str(tmp_path)) for a in argv]
     assert main(argv) == 2
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and err[0].startswith("error: ") and message in err[0], err
@@ -316,6 +317,31 @@ def test_negative_step_count_is_an_input_error():
         rt.sample_steps(p, p, -1, np.random.default_rng(0))
     tokens, accepted = rt.sample_steps(p, p, 0, np.random.default_rng(0))
     assert tokens.size == 0 and accepted.size == 0
+
+
+def test_sample_counts_is_sample_steps_chunk_by_chunk():
+    """Bounded-memory counting draws exactly what sample_steps draws: one call when n fits in a
+    chunk, and chunk-sized calls on the same generator otherwise (so --n 10**13 runs in flat
+    memory instead of asking for 73 TiB)."""
+    p = np.array([0.5, 0.0, 0.3, 0.2])
+    r = np.array([0.1, 0.0, 0.6, 0.1])  # sub-stochastic: a drafter token the target lacks
+    tokens, ok = rt.sample_steps(p, r, 1000, np.random.default_rng(3))
+    counts, accepted = rt.sample_counts(p, r, 1000, np.random.default_rng(3))
+    assert np.array_equal(counts, rt.emitted_counts(tokens, 4)) and accepted == int(ok.sum())
+    rng = np.random.default_rng(4)
+    parts = [rt.sample_steps(p, r, size, rng) for size in (300, 300, 300, 100)]
+    counts, accepted = rt.sample_counts(p, r, 1000, np.random.default_rng(4), chunk=300)
+    assert np.array_equal(counts, rt.emitted_counts(np.concatenate([t for t, _ in parts]), 4))
+    assert accepted == sum(int(a.sum()) for _, a in parts) and counts.sum() == 1000
+    assert counts[1] == 0
+    counts, accepted = rt.sample_counts(p, r, 0, np.random.default_rng(0))
+    assert counts.tolist() == [0, 0, 0, 0] and accepted == 0
+    with pytest.raises(rt.InputError, match="n must be >= 0"):
+        rt.sample_counts(p, r, -1, np.random.default_rng(0))
+    with pytest.raises(rt.InputError, match="chunk must be >= 1"):
+        rt.sample_counts(p, r, 5, np.random.default_rng(0), chunk=0)
+    with pytest.raises(rt.InputError, match="target_probs"):
+        rt.sample_counts([0.5, np.nan], [0.5, 0.5], 0, np.random.default_rng(0))
 
 
 def test_a_file_error_inside_a_command_exits_2_with_one_line(tmp_path, capsys, monkeypatch):
