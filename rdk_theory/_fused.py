@@ -83,6 +83,11 @@ AUTO_MAX_ROWS = 16
 #: with a smaller positive sum (a drafter that puts almost no mass on the target's vocabulary)
 #: is redone by dividing first (:func:`redo_dividing_first`).
 TINY = 2.0 ** -900
+#: Largest in-kernel scale times ``1 / tau``: a row is scaled in the kernel only when its
+#: ``(1 / sum r) / tau`` stays below this (:func:`smallest_scaled_sum`). The engines' fast-math
+#: may multiply ``1 / sum r`` by ``1 / tau`` before either meets ``C v``, so that product
+#: itself must be finite (tau 1e-200 with sum r 1e-120 gave inf, then 0 * inf = NaN).
+MAX_SCALE_OVER_TAU = 2.0 ** 1000
 _compiled: dict = {}
 _F64 = np.dtype(np.float64)
 _LAUNCH = threading.Lock()
@@ -246,14 +251,15 @@ def _pass1_py(q, coef, inv_n, c, b0, nb_, j_lo, j_hi, chunk, u, sv, sq, v):
                 _dots(v, c, 4, j0, m, u[i])
 
 
-def _scale_rows_py(sq, sums, scale, b0, nb_, normalise):
+def _scale_rows_py(sq, sums, scale, b0, nb_, normalise, min_sum):
     """Record the row sums and each row's scale: ``1 / sum q`` (normalising input; 0 for a
-    row whose sum is 0 or below :data:`TINY`, which the caller redoes), else 1."""
+    row whose sum is 0 or below ``min_sum``, :func:`smallest_scaled_sum`, which the caller
+    redoes), else 1."""
     for i in range(nb_):
         t = sq[i]
         sums[b0 + i] = t
         if normalise:
-            scale[b0 + i] = 1.0 / t if t >= TINY else 0.0
+            scale[b0 + i] = 1.0 / t if t >= min_sum else 0.0
         else:
             scale[b0 + i] = 1.0
 
@@ -267,7 +273,7 @@ def _centre_py(u, sv, shift, inv_tau, scale, b0, nb_):
     """
     for i in range(nb_):
         g = scale[b0 + i]
-        h = inv_tau * g
+        h = inv_tau * g  # at most MAX_SCALE_OVER_TAU (smallest_scaled_sum)
         corr = 0.0
         for k in range(u.shape[1]):
             x = (u[i, k] - shift[k] * sv[i]) * h
@@ -352,12 +358,13 @@ def _work_item_py(it, nseg, rb, n_rows, n_chunks, chunk, n):
 
 
 def _first_order_py(q, p, with_alpha, c, shift, coef, inv_n, inv_tau, out, alpha, chunk, rb, nseg,
-                    normalise, sums, scale):
+                    normalise, sums, scale, min_sum):
     """Rows in blocks of ``rb``; with ``nseg > 1`` each block's vocabulary is also split into
     ``nseg`` chunk-aligned segments. ``prange`` runs the work items on numba's threads in the
     parallel build and is a plain ``range`` in the serial one (and un-jitted). ``sums`` and
     ``scale`` (n_rows,) receive each row's sum and scale (:func:`_scale_rows_py`). Returns the
-    number of rows that normalising input left for the caller to redo (sum in ``(0, TINY)``)."""
+    number of rows that normalising input left for the caller to redo (sum in
+    ``(0, min_sum)``, :func:`smallest_scaled_sum`)."""
     n_rows, n = q.shape
     r = c.shape[0]
     nblk = (n_rows + rb - 1) // rb
@@ -373,7 +380,7 @@ def _first_order_py(q, p, with_alpha, c, shift, coef, inv_n, inv_tau, out, alpha
             sq = np.zeros(rb)
             v = np.empty(chunk)
             _pass1(q, coef, inv_n, c, b0, nb_, 0, n, chunk, u, sv, sq, v)
-            _scale_rows(sq, sums, scale, b0, nb_, normalise)
+            _scale_rows(sq, sums, scale, b0, nb_, normalise, min_sum)
             _centre(u, sv, shift, inv_tau, scale, b0, nb_)
             _pass2(q, p, with_alpha, c, coef, scale, out, b0, nb_, 0, n, chunk, u, sv, lo, al, v,
                    one)
@@ -398,7 +405,7 @@ def _first_order_py(q, p, with_alpha, c, shift, coef, inv_n, inv_tau, out, alpha
                 sv[b, 0] += sv[b, s]
                 sq[b, 0] += sq[b, s]
             nb_ = min(b * rb + rb, n_rows) - b * rb
-            _scale_rows(sq[b, 0], sums, scale, b * rb, nb_, normalise)
+            _scale_rows(sq[b, 0], sums, scale, b * rb, nb_, normalise, min_sum)
             _centre(u[b, 0], sv[b, 0], shift, inv_tau, scale, b * rb, nb_)
         for it in prange(nblk * nseg):
             b, s, b0, nb_, j_lo, j_hi = _work_item(it, nseg, rb, n_rows, n_chunks, chunk, n)
@@ -413,7 +420,7 @@ def _first_order_py(q, p, with_alpha, c, shift, coef, inv_n, inv_tau, out, alpha
     small = 0
     if normalise:
         for row in range(n_rows):
-            if 0.0 < sums[row] < TINY:
+            if 0.0 < sums[row] < min_sum:
                 small += 1
     return small
 
@@ -483,16 +490,25 @@ def first_order(q_prime, target_probs, arrays, *, normalise=False, threads=None,
     scale = np.empty(n_rows)
     threads = 1 if threads is None or threads == 1 else max(1, min(int(threads), default_threads()))
     rb, nseg = _plan_memo(n_rows, n, stored.nbytes, threads, chunk, rows)
+    lo = smallest_scaled_sum(tau)
     args = (q2, p2, with_alpha, stored, shift, coef, 1.0 / n, 1.0 / tau, out, alpha,
-            chunk, rb, segments or nseg, bool(normalise), sums, scale)
+            chunk, rb, segments or nseg, bool(normalise), sums, scale, lo)
     if threads == 1:  # the serial build: no thread pool, no lock
         small = serial(*args)
     else:
         small = _run_parallel(args, threads)
     if small:
         redo_dividing_first(q2, p2 if with_alpha else None, sums, out, alpha,
-                            lambda qn, pn: first_order(qn, pn, arrays, threads=threads, chunk=chunk))
+                            lambda qn, pn: first_order(qn, pn, arrays, threads=threads, chunk=chunk),
+                            lo)
     return shaped(out, alpha, shape, with_alpha)
+
+
+def smallest_scaled_sum(tau):
+    """The smallest row sum of normalising input that the fused kernel scales in place:
+    :data:`TINY`, or more when ``tau`` is so small that ``(1 / sum) / tau`` would pass
+    :data:`MAX_SCALE_OVER_TAU`. Rows below it are redone by :func:`redo_dividing_first`."""
+    return max(TINY, (1.0 / tau) / MAX_SCALE_OVER_TAU)
 
 
 def redo_dividing_first(r, p, sums, out, alpha, run, lo=TINY, hi=np.inf):

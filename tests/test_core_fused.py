@@ -215,7 +215,7 @@ def test_the_loops_run_as_plain_python_too(segments, normalise):
     stored, shift, coef, tau = ref._fused_arrays
     given = q / 4 if normalise else q
     _fused._first_order_py(given, p, True, stored, shift, coef, 1 / q.shape[1], 1 / tau, out, alpha,
-                           8, 2, segments, normalise, sums, scale)
+                           8, 2, segments, normalise, sums, scale, _fused.TINY)
     assert_close(out, ref.transport(q))
     assert_close(alpha, rt.acceptance_rate(p, ref.transport(q)))
     assert_close(sums, given.sum(axis=-1))

@@ -146,6 +146,33 @@ def test_blas_float32_products_divide_first_where_rounding_r_would_under_or_over
     assert_close(alpha, rt.acceptance_rate(p, exact), rtol=0, atol=FLOAT32_ATOL)
 
 
+@pytest.mark.parametrize("engine,dtype,rank", CONFIGS + [("blas", "float32", None)])
+@pytest.mark.parametrize("tau", [1e-200, 1e-300])
+def test_a_tiny_tau_with_a_tiny_sum_is_finite(engine, dtype, rank, tau):
+    """(1 / sum r) / tau must stay finite: tau 1e-200 with sum r 1e-120 gave NaN on the fused
+    engine (its fast-math formed that product, inf, then 0 * inf). Such rows are now redone by
+    dividing first (``_fused.smallest_scaled_sum``); rows of sum 1 and 1e-50 on either side."""
+    rng = np.random.default_rng(8)
+    cal = rng.dirichlet(np.ones(8), size=10)  # rank up to 8: every configuration's rank
+    f32_products = engine == "blas" and dtype == "float32"
+    if f32_products:  # C / tau must fit float32 (else an InputError): near the smallest such
+        tau = 1e-36
+    ref, k = _kernels(cal, tau, engine, dtype, rank)
+    vm = rt.VocabMap(8, [0, 1, 2, 5, -1])  # the last drafter token is not in the target's
+    q = np.array([[1e-120, 0.0, 2e-120, 0.0, 1 - 3e-120], [0.3, 0.2, 0.1, 0.1, 0.3],
+                  [1e-50, 1e-50, 0.0, 1e-50, 1 - 3e-50]])
+    p = rng.dirichlet(np.ones(8))
+    want = ref.transport(rt.tli_proposal(q, vm))
+    with np.errstate(all="raise"):
+        got, alpha = rt.rdk_proposal_with_acceptance(p, q, vm, k)
+        alone = rt.rdk_proposal(q, vm, k)
+    tol = {"atol": FLOAT32_ATOL} if f32_products else {}
+    assert np.isfinite(got).all() and np.isfinite(alpha).all()
+    assert_close(got, want, **tol)
+    assert_close(alone, want, **tol)
+    assert_close(alpha, rt.acceptance_rate(p, want), **tol)
+
+
 @pytest.mark.parametrize("with_target", [False, True])
 def test_rdk_proposal_hands_the_first_order_kernel_the_unnormalised_r(monkeypatch, with_target):
     """The fused path is really taken: the kernel receives TLI's ``r`` (here with 30 % of the
