@@ -15,20 +15,24 @@ numpy object arrays of ``fractions.Fraction`` (exact, compare with ``==``) and t
 from __future__ import annotations
 
 from . import _backend as B
-from .validation import InputError, as_prob_array, same_backend
+from .validation import InputError, as_prob_array, check_broadcast, same_backend
 
 
-def _check_pair(p, r, check: bool):
+def _check_pair(p, r, check: bool, names=("target_probs", "proposal"), p_sums_to_one=True):
+    """Both as probability arrays on one backend, over one vocabulary, with leading shapes
+    that broadcast (else InputError naming the input); ``r`` may sum to less than 1, and so
+    may ``p`` unless ``p_sums_to_one``."""
     if not check:
         return p, r
-    p = as_prob_array(p, "target_probs")
-    r = as_prob_array(r, "proposal", allow_sub_stochastic=True)
-    p, r = same_backend(p, r, ("target_probs", "proposal"))
+    p = as_prob_array(p, names[0], allow_sub_stochastic=not p_sums_to_one)
+    r = as_prob_array(r, names[1], allow_sub_stochastic=True)
+    p, r = same_backend(p, r, names)
     if p.shape[-1] != r.shape[-1]:
         raise InputError(
-            f"target_probs and proposal must share the last axis (the target vocabulary): "
+            f"{names[0]} and {names[1]} must share the last axis (the target vocabulary): "
             f"{p.shape[-1]} != {r.shape[-1]}"
         )
+    check_broadcast(p.shape[:-1], r.shape[:-1], names)
     return p, r
 
 
@@ -65,12 +69,7 @@ def step_output_law(target_probs, proposal, *, check: bool = True):
 
 def total_variation(a, b, *, check: bool = True):
     """``TV(a, b) = (1/2) sum_x |a(x) - b(x)|`` over the last axis."""
-    if check:
-        a = as_prob_array(a, "a", allow_sub_stochastic=True)
-        b = as_prob_array(b, "b", allow_sub_stochastic=True)
-        a, b = same_backend(a, b, ("a", "b"))
-        if a.shape[-1] != b.shape[-1]:
-            raise InputError(f"a and b must share the last axis: {a.shape[-1]} != {b.shape[-1]}")
+    a, b = _check_pair(a, b, check, ("a", "b"), p_sums_to_one=False)
     d = a - b
     return B.total(B.positive_part(d) + B.positive_part(-d)) / 2
 

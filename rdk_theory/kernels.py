@@ -21,6 +21,8 @@ Any row-stochastic ``M`` keeps the verification step lossless (Theorem L). Provi
 """
 from __future__ import annotations
 
+import numbers
+
 import numpy as np
 
 from . import _backend as B
@@ -73,8 +75,13 @@ class DenseKernel:
     must then leave unchanged."""
 
     def __init__(self, matrix, *, check: bool = True, name: str = "kernel", copy: bool = True):
-        m = matrix if (isinstance(matrix, np.ndarray) and matrix.dtype == object) else \
-            as_real_array(matrix, name)
+        exact = isinstance(matrix, np.ndarray) and matrix.dtype == object
+        if exact:  # Fractions (the exact tier): anything else in an object array is refused
+            bad = next((v for v in matrix.flat if not isinstance(v, numbers.Real)), None)
+            if bad is not None:
+                raise InputError(f"{name} must hold real numbers or Fractions, got a "
+                                 f"{type(bad).__name__} ({bad!r})")
+        m = matrix if exact else as_real_array(matrix, name)
         if copy and _shares_memory(m, matrix):
             m = m.copy()
         if m.ndim != 2 or m.shape[0] != m.shape[1]:
@@ -351,7 +358,11 @@ def sparse_topk_kernel(affinity, k: int, tau: float = 1.0, *, n: int | None = No
         blk[ar, rows] = np.inf  # always keep the diagonal
         top = np.argpartition(-blk, k - 1, axis=1)[:, :k]
         blk[ar, rows] = diag
-        vals = B.softmax(np.take_along_axis(blk, top, axis=1) / tau)
+        kept = np.take_along_axis(blk, top, axis=1)
+        # shift before dividing by tau: (a - max a) / tau is <= 0 for any tau (-inf at worst,
+        # the weight 0 it stands for), where a / tau can overflow and the softmax of infs is NaN
+        with np.errstate(over="ignore", under="ignore"):
+            vals = B.softmax((kept - kept.max(axis=1, keepdims=True)) / tau)
         order = np.argsort(top, axis=1)
         sl = slice(start * k, (start + rows.size) * k)
         indices[sl] = np.take_along_axis(top, order, axis=1).ravel()

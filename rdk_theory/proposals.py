@@ -23,7 +23,7 @@ import numpy as np
 
 from . import _backend as B
 from .acceptance import acceptance_rate
-from .validation import InputError, as_prob_array, same_backend
+from .validation import InputError, as_prob_array, check_broadcast, same_backend
 
 SAMPLERS = ("vanilla", "tli", "rdk_exact", "rdk_first_order")
 
@@ -91,12 +91,7 @@ def rdk_proposal_with_acceptance(target_probs, draft_probs, vocab_map, kernel, *
         if target_probs.shape[-1] != vocab_map.n_target:
             raise InputError(f"target_probs has {target_probs.shape[-1]} columns but the target "
                              f"vocabulary has {vocab_map.n_target} tokens")
-        try:
-            np.broadcast_shapes(tuple(target_probs.shape[:-1]), tuple(q.shape[:-1]))
-        except ValueError:
-            raise InputError(f"target_probs has leading shape {tuple(target_probs.shape[:-1])}, "
-                             f"draft_probs {tuple(q.shape[:-1])}: they must broadcast "
-                             "(one target row per context, or one for all)") from None
+        check_broadcast(target_probs.shape[:-1], q.shape[:-1], ("target_probs", "draft_probs"))
     if getattr(kernel, "fuses_normalisation", False):
         return kernel.transport_with_acceptance(vanilla_proposal(q, vocab_map, check=False),
                                                 target_probs, normalise=True)

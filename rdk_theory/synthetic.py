@@ -31,7 +31,7 @@ def dirichlet(rng, n: int, concentration: float = 1.0, size: int | tuple = ()) -
     n = _check_n(n)
     if not concentration > 0:
         raise InputError(f"concentration must be > 0, got {concentration}")
-    size = (size,) if isinstance(size, int) else tuple(size)
+    size = (int(size),) if isinstance(size, (int, np.integer)) else tuple(size)
     g = rng.gamma(concentration, size=size + (n,))
     s = g.sum(axis=-1, keepdims=True)
     # For tiny concentrations every gamma draw may underflow to 0: fall back to a point mass.
@@ -53,7 +53,7 @@ def sparse_topk(rng, n: int, k: int, size: int | tuple = (), concentration: floa
     n = _check_n(n)
     if not 1 <= k <= n:
         raise InputError(f"k must be in [1, {n}], got {k}")
-    size = (size,) if isinstance(size, int) else tuple(size)
+    size = (int(size),) if isinstance(size, (int, np.integer)) else tuple(size)
     out = np.zeros(size + (n,))
     vals = dirichlet(rng, k, concentration, size)
     vals = np.maximum(vals, 1e-12)

@@ -126,6 +126,16 @@ def same_backend(a, b, names=("a", "b")):
     return (tensor, other) if ta else (other, tensor)
 
 
+def check_broadcast(shape_a, shape_b, names=("a", "b")) -> None:
+    """InputError unless two leading (batch) shapes broadcast against each other."""
+    try:
+        np.broadcast_shapes(tuple(shape_a), tuple(shape_b))
+    except ValueError:
+        raise InputError(f"{names[0]} has leading shape {tuple(shape_a)}, {names[1]} "
+                         f"{tuple(shape_b)}: they must broadcast (one row per context, or one "
+                         "for all)") from None
+
+
 def as_real_array(x, name: str) -> np.ndarray:
     """``x`` as float64, refusing what would convert silently but wrongly: complex numbers
     (numpy would drop the imaginary part), strings and bytes (numpy would parse them).

@@ -24,13 +24,16 @@ from . import _backend as B
 from .tokens import canonical_tokens, detect_space_marker
 from .validation import InputError, as_draft_to_target, as_real_array, host
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, eq=False)
 class VocabMap:
     """Map from drafter ids to target ids (``-1``: absent from the target).
 
     Attributes:
       n_target: ``N_T``, the target vocabulary size.
-      draft_to_target: int64 array (N_D,).
+      draft_to_target: int64 array (N_D,), read-only.
+
+    Two maps are equal when they have the same ``N_T`` and the same ids, and equal maps hash
+    alike (a map can key a dict or a cache).
     """
 
     n_target: int
@@ -41,6 +44,15 @@ class VocabMap:
         object.__setattr__(self, "n_target", int(self.n_target))
         object.__setattr__(self, "draft_to_target", arr)
         arr.setflags(write=False)
+
+    def __eq__(self, other):
+        if not isinstance(other, VocabMap):
+            return NotImplemented
+        return (self.n_target == other.n_target
+                and np.array_equal(self.draft_to_target, other.draft_to_target))
+
+    def __hash__(self):
+        return hash((self.n_target, self.draft_to_target.tobytes()))
 
     @property
     def n_draft(self) -> int:

@@ -1,3 +1,5 @@
+from fractions import Fraction
+
 import numpy as np
 import pytest
 import scipy.sparse as sp
@@ -62,6 +64,25 @@ def test_marginal_kernel_default_weight_is_capped_at_one():
     mk = rt.MarginalKernel.from_calibration(cal, vm)
     assert mk.lam == 1.0
     assert_close(mk.w, cal.mean(axis=0) / cal.mean(axis=0).sum())
+
+
+def test_sparse_topk_kernel_at_a_tau_where_affinity_over_tau_overflows():
+    # 2 / 1e-308 overflows: the kernel is the softmax's limit (all weight on each row's
+    # largest kept affinity), not NaN
+    a = np.array([[2.0, 1.0, -1e308], [1.0, 2.0, 0.5], [1e308, -1e308, 3.0]])
+    with np.errstate(all="raise"):
+        ker = rt.sparse_topk_kernel(a, 3, tau=1e-308)
+    assert np.array_equal(ker.matrix.toarray(), [[1, 0, 0], [0, 1, 0], [1, 0, 0]])
+    moderate = rt.sparse_topk_kernel(a[:2, :2], 2, tau=0.7).matrix.toarray()
+    assert_close(moderate, np.exp(a[:2, :2] / 0.7) / np.exp(a[:2, :2] / 0.7).sum(1, keepdims=True))
+
+
+def test_an_object_kernel_holds_real_numbers_or_fractions_only():
+    with pytest.raises(rt.InputError, match="real numbers or Fractions, got a str"):
+        rt.as_kernel(np.array([["a", "b"], ["c", "d"]], dtype=object))
+    exact = rt.as_kernel(np.array([[Fraction(1), 0], [Fraction(1, 3), Fraction(2, 3)]], dtype=object))
+    assert exact.transport(np.array([Fraction(1, 2), Fraction(1, 2)], dtype=object)).tolist() == [
+        Fraction(2, 3), Fraction(1, 3)]
 
 
 def test_sparse_topk_keeps_diagonal_and_k_largest_and_matches_dense_transport():

@@ -482,3 +482,12 @@ def test_sparse_kernel_refuses_exact_input_by_name():
         rt.SparseKernel(sp.csr_matrix(np.eye(2))).transport(q)
     with pytest.raises(rt.InputError, match="real numbers"):
         rt.SparseKernel(sp.csr_matrix(np.eye(2, dtype=complex)))
+
+
+@pytest.mark.parametrize("calc", [rt.acceptance_rate, rt.residual, rt.step_output_law,
+                                  rt.total_variation])
+def test_calculators_name_batch_shapes_that_do_not_broadcast(calc):
+    p3, r2 = np.full((3, 4), 0.25), np.full((2, 4), 0.25)
+    with pytest.raises(rt.InputError, match=r"leading shape \(3,\), \w+ \(2,\): they must broadcast"):
+        calc(p3, r2)
+    assert np.shape(calc(p3, r2[:1])) == np.shape(calc(p3, p3))  # (1, N) against (3, N) is fine

@@ -21,6 +21,9 @@ def test_families_are_distributions_with_the_promised_shape():
     assert_close(s.sum(-1), 1.0)
     tiny = synthetic.dirichlet(rng, 10, 1e-6, size=20)  # gamma draws underflow: point masses
     assert np.all(np.isfinite(tiny)) and np.allclose(tiny.sum(-1), 1.0)
+    # a numpy integer size (e.g. from an array's shape arithmetic) is a size like an int
+    assert synthetic.dirichlet(rng, 5, 1.0, np.int64(3)).shape == (3, 5)
+    assert synthetic.sparse_topk(rng, 5, 2, size=np.int32(2)).shape == (2, 5)
 
 
 def test_adversarial_pairs_have_their_named_acceptance():

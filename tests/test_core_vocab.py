@@ -21,6 +21,15 @@ def test_pruned_map_properties():
     assert list(vm.in_target_mask) == [False, True, False, False, True, False]
 
 
+def test_maps_compare_by_value_and_hash_alike():
+    a, b = rt.VocabMap.from_kept_ids([0, 2], 3), rt.VocabMap(3, np.array([0.0, 2.0]))
+    assert a == b and hash(a) == hash(b) and len({a, b}) == 1
+    assert a != rt.VocabMap.from_kept_ids([0, 2], 4)  # same ids, another target
+    assert a != rt.VocabMap.from_kept_ids([2, 0], 3)  # same set, other order: another map
+    assert a != rt.VocabMap(3, [0, 2, -1])  # one more drafter token
+    assert a != "VocabMap(3, [0, 2])"
+
+
 @pytest.mark.parametrize("bad, match", [
     ([0, 6], "out of range"), ([0, -2], "out of range"), ([1, 1], "two drafter tokens"),
     ([0.5, 1], "integers"), ([], "non-empty"),
