@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import argparse
 
-from rdk_theory.validation import InputError
+from rdk_theory.validation import InputError, int_at_least
 
 from .registry import DEFAULT_DRAFTER, DEFAULT_TARGET, REGISTRY
 
@@ -102,20 +102,23 @@ def add_run_arguments(p) -> None:
     p.add_argument("--quick", action="store_true",
                    help="2 kept sizes, 256 positions, 1000 steps, short generation and timing")
     p.add_argument("--kept", help="comma-separated kept sizes K (default 65536,...,4096)")
-    p.add_argument("--positions", type=int, help="evaluation positions used (default: all)")
-    p.add_argument("--steps", type=int, help="verification steps per position (default 2000)")
+    p.add_argument("--positions", type=int_at_least(1),
+                   help="evaluation positions used (default: all)")
+    p.add_argument("--steps", type=int_at_least(1),
+                   help="verification steps per position (default 2000)")
     p.add_argument("--dtype", default="bfloat16", choices=("bfloat16", "float32", "float16"))
-    p.add_argument("--topk", type=int, metavar="K",
+    p.add_argument("--topk", type=int_at_least(1), metavar="K",
                    help="also save the teacher-forced laws to laws.npz, top-K compressed with "
                         "the exact tail mass, and check |alpha - alpha_topk| <= tail_p + tail_q")
     p.add_argument("--e2e-kept", help="kept sizes of the end-to-end generation "
                                       "(default: the largest and smallest of --kept)")
-    p.add_argument("--e2e-tokens", type=int, help="new tokens per prompt in generation")
+    p.add_argument("--e2e-tokens", type=int_at_least(1),
+                   help="new tokens per prompt in generation")
     p.add_argument("--no-timing", action="store_true", help="skip the O(N) timing sweep")
     p.add_argument("--timing-sizes", help="comma-separated N of the timing sweep "
                                           "(default: 2K..152K on CPU, 4K..262K on CUDA)")
     p.add_argument("--fetch", action="store_true", help="fetch built-in models that are missing")
-    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--seed", type=int_at_least(0), default=0)
     p.add_argument("--out", default="outputs/validation", help="default %(default)s")
 
 
@@ -149,17 +152,15 @@ def config_from_args(args):
         kw["e2e_kept"] = tuple(sorted({max(kw["kept"]), min(kw["kept"])}, reverse=True))
     if args.e2e_kept:
         kw["e2e_kept"] = _ints(args.e2e_kept, "--e2e-kept")
-    if args.e2e_tokens:
+    if args.e2e_tokens is not None:
         kw["e2e_tokens"] = args.e2e_tokens
     if args.timing_sizes:
         kw["timing_sizes"] = _ints(args.timing_sizes, "--timing-sizes")
     if args.topk is not None:
-        if args.topk < 1:
-            raise InputError(f"--topk must be a positive integer, got {args.topk}")
         kw["topk"] = args.topk
-    if args.positions:
+    if args.positions is not None:
         kw["max_positions"] = args.positions
-    if args.steps:
+    if args.steps is not None:
         kw["n_steps"] = args.steps
     _check_device(args.device)
     cfg = RunConfig.quick(**kw) if args.quick else RunConfig(**kw)

@@ -23,8 +23,11 @@ def cmd_prove(args) -> int:
     from .registry import STATEMENTS, run_all
 
     ids = None
-    if args.only:
+    if args.only is not None:
         ids = [s.strip() for s in args.only.split(",") if s.strip()]
+        if not ids:
+            raise InputError(f"--only {args.only!r} names no statement; known: "
+                             f"{', '.join(STATEMENTS)}")
         unknown = [s for s in ids if s not in STATEMENTS]
         if unknown:
             raise InputError(f"unknown statement id(s) {unknown}; known: {', '.join(STATEMENTS)}")

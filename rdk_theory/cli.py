@@ -93,6 +93,14 @@ def main(argv: list[str] | None = None) -> int:
     except FileNotFoundError as exc:
         print(_one_line(f"error: file not found: {exc.filename or exc}"), file=sys.stderr)
         return EXIT_BAD_INPUT
+    except OSError as exc:  # e.g. --out under a file, a folder without write permission
+        where = f": {exc.filename}" if exc.filename else ""
+        print(_one_line(f"error: {exc.strerror or exc}{where}"), file=sys.stderr)
+        return EXIT_BAD_INPUT
+    except MemoryError as exc:  # sizes the options allow but this machine cannot hold
+        print(_one_line(f"error: out of memory ({exc or 'no detail'}): choose smaller sizes"),
+              file=sys.stderr)
+        return EXIT_BAD_INPUT
     except KeyboardInterrupt:
         print("error: interrupted", file=sys.stderr)
         return 130

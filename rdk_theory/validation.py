@@ -126,6 +126,22 @@ def same_backend(a, b, names=("a", "b")):
     return (tensor, other) if ta else (other, tensor)
 
 
+def int_at_least(lo: int):
+    """An argparse ``type``: an integer >= ``lo``; anything else is a one-line usage error
+    (``error: ...``, exit status 2) before the command starts."""
+    import argparse
+
+    def parse(text):
+        try:
+            value = int(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"expected an integer, got {text!r}") from None
+        if value < lo:
+            raise argparse.ArgumentTypeError(f"expected an integer >= {lo}, got {value}")
+        return value
+    return parse
+
+
 def check_broadcast(shape_a, shape_b, names=("a", "b")) -> None:
     """InputError unless two leading (batch) shapes broadcast against each other."""
     try:

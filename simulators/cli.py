@@ -15,7 +15,7 @@ import numpy as np
 
 from rdk_theory._progress import progress
 from rdk_theory.proposals import SAMPLERS
-from rdk_theory.validation import InputError
+from rdk_theory.validation import InputError, int_at_least
 
 RAW = argparse.RawDescriptionHelpFormatter
 
@@ -189,8 +189,9 @@ def cmd_disco(args) -> int:
     from .sequence import make_proposal_fn
     from .toy_lm import toy_pair
 
-    if args.c < 0 or args.gamma_max < 1 or args.tokens < 1 or args.trace_length < 2:
-        raise InputError("need --c >= 0, --gamma-max >= 1, --tokens >= 1, --trace-length >= 2")
+    if not 0 <= args.c <= 1:
+        raise InputError(f"--c must be in [0, 1], got {args.c}: a drafter slower than the target "
+                         "never pays off (and the oracle bounds the policies only for c <= 1)")
     rng = np.random.default_rng(args.seed)
     trace = disco.regime_trace(rng, args.trace_length)
     n = trace.size
@@ -345,21 +346,40 @@ def cmd_string(args) -> int:
 
 
 # -------------------------------------------------------------------------------- register
-def _int_at_least(lo: int):
-    """An argparse type: an integer >= ``lo`` (a bad value is a one-line usage error)."""
-    def parse(s):
-        try:
-            v = int(s)
-        except ValueError:
-            raise argparse.ArgumentTypeError(f"expected an integer, got {s!r}") from None
-        if v < lo:
-            raise argparse.ArgumentTypeError(f"expected an integer >= {lo}, got {v}")
-        return v
-    return parse
+_count = int_at_least(0)  # e.g. --mc 0: no Monte Carlo; --gamma 0: no drafts; --seed
+_positive_int = int_at_least(1)
 
 
-_count = _int_at_least(0)  # e.g. --mc 0: no Monte Carlo; --gamma 0: no drafts
-_positive_int = _int_at_least(1)
+def _unit_float(text):
+    """An argparse type: a number in [0, 1] (a probability threshold)."""
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a number, got {text!r}") from None
+    if not 0 <= value <= 1:  # NaN fails too
+        raise argparse.ArgumentTypeError(f"expected a number in [0, 1], got {text}")
+    return value
+
+
+def _figure_path(text):
+    """An argparse type for ``--figure``: checked before the run, so that no result is lost
+    to a bad path at the end. The format comes from the suffix (``.png`` added when there
+    is none, and the path printed is the one written); the folder must exist."""
+    import os
+
+    path = text if os.path.splitext(text)[1] else text + ".png"
+    fmt = os.path.splitext(path)[1][1:].lower()
+    from matplotlib.figure import Figure
+
+    formats = Figure().canvas.get_supported_filetypes()
+    if fmt not in formats:
+        raise argparse.ArgumentTypeError(f"{text!r}: matplotlib cannot write .{fmt} figures; "
+                                         f"use one of .{', .'.join(sorted(formats))}")
+    folder = os.path.dirname(path) or "."
+    if not os.path.isdir(folder):
+        raise argparse.ArgumentTypeError(f"{text!r}: the folder {folder!r} does not exist "
+                                         "or is not a folder")
+    return path
 
 
 def register(subparsers) -> None:
@@ -385,7 +405,8 @@ def register(subparsers) -> None:
     def common(p, figure=True):
         p.add_argument("--json", action="store_true", help="print one JSON object on stdout")
         if figure:
-            p.add_argument("--figure", metavar="PATH", help="write a PNG figure to PATH")
+            p.add_argument("--figure", metavar="PATH", type=_figure_path,
+                           help="write a figure to PATH (format from its suffix; .png if none)")
 
     b = sub.add_parser("block", formatter_class=RAW, help="exact law of one speculative iteration on toy LMs",
                        description="Enumerate every draft path of one speculative iteration on toy Markov "
@@ -397,7 +418,7 @@ def register(subparsers) -> None:
                    help="toy pair: same vocabulary, pruned drafter, or heterogeneous tokenizers (default all)")
     b.add_argument("--sampler", choices=SAMPLERS + ("all",), default="all", help="default all")
     b.add_argument("--gamma", type=_count, default=3, help="draft length (default 3)")
-    b.add_argument("--seed", type=int, default=0, help="seed of the toy models and the Monte Carlo")
+    b.add_argument("--seed", type=_count, default=0, help="seed of the toy models and the Monte Carlo (>= 0)")
     b.add_argument("--mc", type=_count, default=0, help="Monte Carlo iterations (default 0: none)")
     common(b)
     b.set_defaults(func=cmd_block)
@@ -411,7 +432,7 @@ def register(subparsers) -> None:
     s.add_argument("--c", type=float, default=0.05, help="drafter/target cost ratio (default 0.05)")
     s.add_argument("--gamma-max", type=_positive_int, default=16, help="largest gamma searched (default 16)")
     s.add_argument("--mc", type=_count, default=0, help="Monte Carlo iterations at the best gamma")
-    s.add_argument("--seed", type=int, default=0)
+    s.add_argument("--seed", type=_count, default=0)
     common(s)
     s.set_defaults(func=cmd_speedup)
 
@@ -436,12 +457,15 @@ def register(subparsers) -> None:
                        epilog="example:\n  rdk-theory simulate disco --c 0.1 --figure disco.png")
     c.add_argument("--pair", choices=TOY_PAIRS, default="pruned")
     c.add_argument("--sampler", choices=SAMPLERS, default="tli")
-    c.add_argument("--c", type=float, default=0.1, help="drafter/target cost ratio (default 0.1)")
+    c.add_argument("--c", type=float, default=0.1,
+                   help="drafter/target cost ratio in [0, 1] (default 0.1)")
     c.add_argument("--gamma-max", type=_positive_int, default=8)
     c.add_argument("--tokens", type=_positive_int, default=20000, help="tokens per policy (default 20000)")
-    c.add_argument("--trace-length", type=_positive_int, default=2000)
-    c.add_argument("--thresholds", type=float, nargs="*", default=[0.1, 0.2, 0.3, 0.4, 0.5])
-    c.add_argument("--seed", type=int, default=0)
+    c.add_argument("--trace-length", type=int_at_least(2), default=2000,
+                   help="positions of each acceptance trace (default 2000)")
+    c.add_argument("--thresholds", type=_unit_float, nargs="*", default=[0.1, 0.2, 0.3, 0.4, 0.5],
+                   help="confidence thresholds in [0, 1] (default 0.1 .. 0.5)")
+    c.add_argument("--seed", type=_count, default=0)
     common(c)
     c.set_defaults(func=cmd_disco)
 
@@ -453,7 +477,7 @@ def register(subparsers) -> None:
     k.add_argument("--k-max", type=_positive_int, default=4)
     k.add_argument("--trials", type=_positive_int, default=50, help="random pairs for the ratio bound")
     k.add_argument("--mc", type=_count, default=0, help="Monte Carlo K-SEQ steps per k")
-    k.add_argument("--seed", type=int, default=0)
+    k.add_argument("--seed", type=_count, default=0)
     common(k, figure=False)
     k.set_defaults(func=cmd_spectr)
 
@@ -463,6 +487,6 @@ def register(subparsers) -> None:
                                    "exponential number of segmentations.",
                        epilog="example:\n  rdk-theory simulate string --max-length 24 --figure psi_cost.png")
     t.add_argument("--max-length", type=_positive_int, default=24)
-    t.add_argument("--seed", type=int, default=0)
+    t.add_argument("--seed", type=_count, default=0)
     common(t)
     t.set_defaults(func=cmd_string)

@@ -38,8 +38,9 @@ def _check_trace(alphas, c):
     a = np.asarray(alphas, dtype=np.float64)
     if a.ndim != 1 or a.size == 0 or np.any(a < 0) or np.any(a > 1) or not np.all(np.isfinite(a)):
         raise InputError("a trace must be a non-empty 1-D array of acceptances in [0, 1]")
-    if not (np.isfinite(c) and c >= 0):
-        raise InputError(f"cost ratio c must be >= 0, got {c}")
+    if not 0 <= c <= 1:  # NaN fails too
+        raise InputError(f"cost ratio c must be in [0, 1], got {c}: a drafter slower than the "
+                         "target never pays off (and the oracle bounds the policies only then)")
     return a
 
 

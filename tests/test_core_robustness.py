@@ -360,6 +360,35 @@ def test_a_file_error_inside_a_command_exits_2_with_one_line(tmp_path, capsys, m
     assert err == [f"error: file not found: {tmp_path / 'c.npz'}"]
 
 
+@pytest.mark.parametrize("exc, line", [
+    (MemoryError("Unable to allocate 21.8 TiB"),
+     "error: out of memory (Unable to allocate 21.8 TiB): choose smaller sizes"),
+    (PermissionError(13, "Permission denied", "/no/write"), "error: Permission denied: /no/write"),
+])
+def test_memory_and_os_errors_inside_a_command_exit_2_with_one_line(tmp_path, capsys,
+                                                                     monkeypatch, exc, line):
+    """Sizes the options allow but the machine cannot hold (simulate speedup --mc 10**12
+    asks numpy for 21.8 TiB), or a folder the run cannot write: one line, no traceback."""
+    import rdk_theory.commands as commands
+
+    _case(tmp_path / "c.npz")
+
+    def fail(path):
+        raise exc
+
+    monkeypatch.setattr(commands, "load_case", fail)
+    assert main(["acceptance", str(tmp_path / "c.npz")]) == 2
+    assert capsys.readouterr().err.strip().splitlines() == [line]
+
+
+def test_report_out_under_a_file_exits_2_with_one_line(tmp_path, capsys):
+    (tmp_path / "f").write_text("")
+    assert main(["report", "--source", "synthetic", "--quick", "--out",
+                 str(tmp_path / "f" / "sub")]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and err[0].startswith("error: ") and str(tmp_path / "f") in err[0], err
+
+
 def _off_rows(seed=3, n=30, s=6):
     """Calibration rows summing to 1 +- 9e-5 (inside the validation tolerance) and the same
     rows renormalised."""

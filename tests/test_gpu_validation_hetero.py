@@ -92,13 +92,22 @@ def test_oov_caps_summary():
     assert caps["per_text"] == {"a": 0.5, "b": 0.5}
 
 
-def test_cli_rejects_bad_run_options(capsys):
+@pytest.mark.parametrize("option, value", [
+    ("--topk", "0"), ("--timing-sizes", "4096,x"), ("--positions", "0"), ("--positions", "-5"),
+    ("--steps", "0"), ("--steps", "-5"), ("--e2e-tokens", "-3"), ("--seed", "-1"),
+])
+def test_cli_rejects_bad_run_options(capsys, option, value):
+    """Refused in one line before any model loads (0 steps or positions used to fall back to
+    the defaults silently; negative ones reached numpy as tracebacks)."""
     from rdk_theory.cli import main
 
-    assert main(["validate", "--topk", "0"]) == 2
-    assert "--topk" in capsys.readouterr().err
-    assert main(["validate", "--timing-sizes", "4096,x"]) == 2
-    assert "--timing-sizes" in capsys.readouterr().err
+    try:
+        rc = main(["validate", option, value])
+    except SystemExit as exc:  # an argparse usage error: the console script exits the same way
+        rc = exc.code
+    assert rc == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and err[0].startswith("error: ") and option in err[0], err
 
 
 def test_cuda_without_a_gpu_is_a_one_line_error_for_both_studies(capsys):

@@ -58,9 +58,13 @@ def test_prove_cli_json(capsys):
         assert {"id", "title", "status", "method", "negative_control"} <= set(s)
 
 
-def test_prove_cli_unknown_id(capsys):
-    assert main(["prove", "--only", "Z9"]) == 2
-    assert "error:" in capsys.readouterr().err
+@pytest.mark.parametrize("only, message", [("Z9", "unknown statement id"),
+                                           ("", "names no statement"), (" , ", "names no statement")])
+def test_prove_cli_refuses_ids_that_name_nothing(capsys, only, message):
+    # an empty list used to run every statement, as if --only were not given
+    assert main(["prove", "--only", only]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and err[0].startswith("error: ") and message in err[0], err
 
 
 def _fractions(values):

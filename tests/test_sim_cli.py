@@ -78,8 +78,24 @@ def test_spectr_and_string(capsys):
     ["disco", "--c", "-1"],
     ["spectr", "--support", "20"],
     ["string", "--max-length", "0"],
+    *[[sim, "--seed", "-1"] for sim in ("block", "speedup", "disco", "spectr", "string")],
+    ["disco", "--thresholds", "0.3", "nan"],
+    ["disco", "--thresholds", "1.5"],
+    ["disco", "--c", "2"],  # slower than the target: the oracle would not bound the policies
+    ["disco", "--trace-length", "1"],
+    ["speedup", "--figure", "{tmp}/x.txt"],  # a format matplotlib cannot write
+    ["speedup", "--figure", "{tmp}/a_file/x.png"],  # a folder that is a file
+    ["speedup", "--figure", "{tmp}/missing/x.png"],
 ])
-def test_bad_input_exits_2_with_one_line(capsys, argv):
-    rc, out, err = _run(capsys, *argv)
+def test_bad_input_exits_2_with_one_line(capsys, tmp_path, argv):
+    (tmp_path / "a_file").write_text("")
+    rc, out, err = _run(capsys, *[a.replace("{tmp}", str(tmp_path)) for a in argv])
     assert rc == 2
-    assert err.startswith("error: ") and "Traceback" not in err
+    assert err.startswith("error: ") and len(err.strip().splitlines()) == 1, err
+    assert out == ""  # refused before the run: nothing computed and then lost
+
+
+def test_a_figure_path_without_suffix_is_written_as_png_and_named_so(capsys, tmp_path):
+    rc, out, _ = _run(capsys, "speedup", "--alpha", "0.8", "--figure", str(tmp_path / "fig"))
+    assert rc == 0 and (tmp_path / "fig.png").stat().st_size > 1000
+    assert f"figure written to {tmp_path / 'fig.png'}" in out
