@@ -61,6 +61,14 @@ def load_case(path) -> Case:
     return case_from_arrays(**{k: v for k, v in data.items()}, source=path)
 
 
+def _check_2d(p_shape, q_shape):
+    """Shapes first, where known (arrays): a (C, N, 1) target would otherwise be reported as
+    rows that do not sum to 1."""
+    if p_shape is not None and q_shape is not None and (len(p_shape) != 2 or len(q_shape) != 2):
+        raise InputError(f"target_probs and draft_probs must be 2-D (contexts, vocab), got "
+                         f"{tuple(p_shape)} and {tuple(q_shape)}")
+
+
 def case_from_arrays(*, target_probs=None, draft_probs=None, draft_to_target=None,
                      calibration_probs=None, kernel=None, source: str = "case", **extra) -> Case:
     """Validate the arrays of a case (the same checks as :func:`load_case`)."""
@@ -71,11 +79,11 @@ def case_from_arrays(*, target_probs=None, draft_probs=None, draft_to_target=Non
                       ("draft_to_target", draft_to_target)):
         if val is None:
             raise InputError(f"{source}: missing required array '{name}'")
-    p = as_prob_array(target_probs, "target_probs")
+    _check_2d(np.shape(target_probs) if hasattr(target_probs, "shape") else None,
+              np.shape(draft_probs) if hasattr(draft_probs, "shape") else None)
+    p = as_prob_array(target_probs, "target_probs")  # lists: checked as numbers, then shape
     q = as_prob_array(draft_probs, "draft_probs")
-    if p.ndim != 2 or q.ndim != 2:
-        raise InputError(f"target_probs and draft_probs must be 2-D (contexts, vocab), got "
-                         f"{p.shape} and {q.shape}")
+    _check_2d(p.shape, q.shape)
     if p.shape[0] == 0:
         raise InputError(f"{source}: the case has no contexts (target_probs has 0 rows)")
     if p.shape[0] != q.shape[0]:

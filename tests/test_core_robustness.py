@@ -193,6 +193,7 @@ def _bad(name, value):
     (_bad("target_probs", lambda p: np.where(np.arange(6) == 0, -1e-9, p)), [],
      "negative probability"),
     (_bad("target_probs", lambda p: p * 1.001), [], "must sum to 1"),
+    (_bad("target_probs", lambda p: p[:, :, None]), [], "must be 2-D (contexts, vocab)"),
     (lambda a: a, ["--kernel", "covariance", "--tau", "-1"], "--tau"),
 ])
 def test_bad_case_arrays_exit_2_naming_the_problem(tmp_path, capsys, make, argv, message):
