@@ -61,12 +61,19 @@ def load_case(path) -> Case:
     return case_from_arrays(**{k: v for k, v in data.items()}, source=path)
 
 
-def _check_2d(p_shape, q_shape):
-    """Shapes first, where known (arrays): a (C, N, 1) target would otherwise be reported as
-    rows that do not sum to 1."""
-    if p_shape is not None and q_shape is not None and (len(p_shape) != 2 or len(q_shape) != 2):
+def _check_2d(p, q):
+    """Shapes before sums: a (C, N, 1) target would otherwise be reported as rows that do not
+    sum to 1. An input whose shape numpy cannot tell (a ragged list) is left to the checks of
+    its values."""
+    def ndim_shape(x):
+        try:
+            return np.ndim(x), tuple(np.shape(x))
+        except (ValueError, TypeError):
+            return 2, None
+    (pd, ps), (qd, qs) = ndim_shape(p), ndim_shape(q)
+    if pd != 2 or qd != 2:
         raise InputError(f"target_probs and draft_probs must be 2-D (contexts, vocab), got "
-                         f"{tuple(p_shape)} and {tuple(q_shape)}")
+                         f"{ps} and {qs}")
 
 
 def case_from_arrays(*, target_probs=None, draft_probs=None, draft_to_target=None,
@@ -79,11 +86,10 @@ def case_from_arrays(*, target_probs=None, draft_probs=None, draft_to_target=Non
                       ("draft_to_target", draft_to_target)):
         if val is None:
             raise InputError(f"{source}: missing required array '{name}'")
-    _check_2d(np.shape(target_probs) if hasattr(target_probs, "shape") else None,
-              np.shape(draft_probs) if hasattr(draft_probs, "shape") else None)
-    p = as_prob_array(target_probs, "target_probs")  # lists: checked as numbers, then shape
+    _check_2d(target_probs, draft_probs)
+    p = as_prob_array(target_probs, "target_probs")
     q = as_prob_array(draft_probs, "draft_probs")
-    _check_2d(p.shape, q.shape)
+    _check_2d(p, q)  # a ragged list that numpy read after all
     if p.shape[0] == 0:
         raise InputError(f"{source}: the case has no contexts (target_probs has 0 rows)")
     if p.shape[0] != q.shape[0]:

@@ -98,7 +98,7 @@ def main(argv: list[str] | None = None) -> int:
         print(_one_line(f"error: {exc.strerror or exc}{where}"), file=sys.stderr)
         return EXIT_BAD_INPUT
     except MemoryError as exc:  # sizes the options allow but this machine cannot hold
-        print(_one_line(f"error: out of memory ({exc or 'no detail'}): choose smaller sizes"),
+        print(_one_line(f"error: out of memory ({str(exc) or 'no detail'}): choose smaller sizes"),
               file=sys.stderr)
         return EXIT_BAD_INPUT
     except KeyboardInterrupt:

@@ -194,8 +194,9 @@ def sample_counts(target_probs, proposal, n: int, rng, *, chunk: int = COUNT_CHU
     if B.is_torch(target_probs) or B.is_torch(proposal):
         raise InputError("sample_counts takes numpy arrays; use sample_steps for torch tensors")
     counts, accepted = None, 0
-    sizes = [min(chunk, n - start) for start in range(0, n, chunk)] or [0]  # n = 0: validate
-    for size in bar(sizes, desc="steps", total=len(sizes), enabled=progress):
+    blocks = max(1, -(-n // chunk))  # n = 0: one empty draw, which validates the inputs
+    sizes = (min(chunk, n - i * chunk) for i in range(blocks))  # lazily: flat for any n
+    for size in bar(sizes, desc="steps", total=blocks, enabled=progress):
         tokens, ok = sample_steps(target_probs, proposal, size, rng)  # checks its inputs
         if counts is None:
             counts = np.zeros(np.shape(target_probs)[-1], dtype=np.int64)

@@ -367,13 +367,18 @@ def _figure_path(text):
     is none, and the path printed is the one written); the folder must exist."""
     import os
 
+    if not os.path.basename(text) or os.path.basename(text).endswith("."):
+        raise argparse.ArgumentTypeError(f"{text!r} names no file (e.g. speedup.png)")
     path = text if os.path.splitext(text)[1] else text + ".png"
     fmt = os.path.splitext(path)[1][1:].lower()
-    from matplotlib.figure import Figure
-
-    formats = Figure().canvas.get_supported_filetypes()
+    try:
+        from matplotlib.figure import Figure
+    except ImportError:
+        raise argparse.ArgumentTypeError("figures need matplotlib: pip install "
+                                         "'rdk-theory[plot]'") from None
+    formats = set(Figure().canvas.get_supported_filetypes()) - {"pgf"}  # pgf needs LaTeX
     if fmt not in formats:
-        raise argparse.ArgumentTypeError(f"{text!r}: matplotlib cannot write .{fmt} figures; "
+        raise argparse.ArgumentTypeError(f"{text!r}: this cannot write .{fmt} figures; "
                                          f"use one of .{', .'.join(sorted(formats))}")
     folder = os.path.dirname(path) or "."
     if not os.path.isdir(folder):

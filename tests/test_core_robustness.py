@@ -345,6 +345,37 @@ def test_sample_counts_is_sample_steps_chunk_by_chunk():
         rt.sample_counts([0.5, np.nan], [0.5, 0.5], 0, np.random.default_rng(0))
 
 
+def test_sample_counts_draws_lazily_whatever_n(monkeypatch):
+    """Memory does not grow with n / chunk: the chunk sizes are not listed up front (a list
+    of 10**15 sizes would never finish). The second draw is stopped here on purpose."""
+    import rdk_theory.sampling as sampling
+
+    calls = []
+
+    def one_draw(p, r, size, rng):
+        calls.append(size)
+        if len(calls) == 2:
+            raise KeyboardInterrupt
+        return np.zeros(size, dtype=np.int64), np.zeros(size, dtype=bool)
+
+    monkeypatch.setattr(sampling, "sample_steps", one_draw)
+    with pytest.raises(KeyboardInterrupt):
+        sampling.sample_counts([0.5, 0.5], [0.5, 0.5], 10**15, np.random.default_rng(0), chunk=1)
+    assert calls == [1, 1]
+
+
+@pytest.mark.parametrize("target, draft", [
+    ([[[0.5], [0.5]]], [[0.5, 0.5]]),  # lists
+    (np.array([[[0.5], [0.5]]]), [[0.5, 0.5]]),  # an array and a list
+    (np.array([[0.5, 0.5]]), np.array([0.5, 0.5])),
+])
+def test_case_arrays_of_the_wrong_rank_are_named_before_their_sums(target, draft):
+    from rdk_theory.case import case_from_arrays
+
+    with pytest.raises(rt.InputError, match=r"must be 2-D \(contexts, vocab\), got \("):
+        case_from_arrays(target_probs=target, draft_probs=draft, draft_to_target=[0, 1])
+
+
 def test_a_file_error_inside_a_command_exits_2_with_one_line(tmp_path, capsys, monkeypatch):
     """main() maps FileNotFoundError from any command (e.g. a file that vanished between the
     check and the read) to the bad-input exit status, like InputError."""
@@ -364,6 +395,7 @@ def test_a_file_error_inside_a_command_exits_2_with_one_line(tmp_path, capsys, m
 @pytest.mark.parametrize("exc, line", [
     (MemoryError("Unable to allocate 21.8 TiB"),
      "error: out of memory (Unable to allocate 21.8 TiB): choose smaller sizes"),
+    (MemoryError(), "error: out of memory (no detail): choose smaller sizes"),
     (PermissionError(13, "Permission denied", "/no/write"), "error: Permission denied: /no/write"),
 ])
 def test_memory_and_os_errors_inside_a_command_exit_2_with_one_line(tmp_path, capsys,

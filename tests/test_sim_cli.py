@@ -86,6 +86,9 @@ def test_spectr_and_string(capsys):
     ["speedup", "--figure", "{tmp}/x.txt"],  # a format matplotlib cannot write
     ["speedup", "--figure", "{tmp}/a_file/x.png"],  # a folder that is a file
     ["speedup", "--figure", "{tmp}/missing/x.png"],
+    ["string", "--max-length", "4", "--figure", "{tmp}/x.pgf"],  # needs LaTeX: failed at the end
+    ["speedup", "--figure", "{tmp}/"],  # names a folder, not a file
+    ["speedup", "--figure", "{tmp}/fig."],
 ])
 def test_bad_input_exits_2_with_one_line(capsys, tmp_path, argv):
     (tmp_path / "a_file").write_text("")
