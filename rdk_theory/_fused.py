@@ -499,8 +499,8 @@ def first_order(q_prime, target_probs, arrays, *, normalise=False, threads=None,
         small = _run_parallel(args, threads)
     if small:
         redo_dividing_first(q2, p2 if with_alpha else None, sums, out, alpha,
-                            lambda qn, pn: first_order(qn, pn, arrays, threads=threads, chunk=chunk),
-                            lo)
+                            lambda qn, pn: first_order(qn, pn, arrays, threads=threads,
+                                                       chunk=chunk), lo)
     return shaped(out, alpha, shape, with_alpha)
 
 

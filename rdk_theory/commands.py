@@ -154,8 +154,9 @@ def register_all(sub) -> None:
     s.add_argument("--sampler", choices=SAMPLERS, required=True)
     s.add_argument("--context", type=int, required=True,
                    help="context row K of the case, 0 <= K < C")
-    s.add_argument("--n", type=int, required=True, help="number of independent steps, >= 1; drawn in blocks of "
-                   f"{COUNT_CHUNK:,} (memory stays flat, a progress bar shows on a terminal)")
+    s.add_argument("--n", type=int, required=True,
+                   help=f"number of independent steps, >= 1; drawn in blocks of {COUNT_CHUNK:,} "
+                        "(memory stays flat, a progress bar shows on a terminal)")
     s.add_argument("--seed", type=int, required=True,
                    help="seed of numpy's default_rng, >= 0 (same seed, same output)")
     _add_kernel_options(s)

@@ -200,7 +200,7 @@ def sample_counts(target_probs, proposal, n: int, rng, *, chunk: int = COUNT_CHU
         tokens, ok = sample_steps(target_probs, proposal, size, rng)  # checks its inputs
         if counts is None:
             counts = np.zeros(np.shape(target_probs)[-1], dtype=np.int64)
-        counts += np.bincount(tokens, minlength=counts.size)
+        counts += emitted_counts(tokens, counts.size)
         accepted += int(ok.sum())
     return counts, accepted
 

@@ -189,9 +189,6 @@ def cmd_disco(args) -> int:
     from .sequence import make_proposal_fn
     from .toy_lm import toy_pair
 
-    if not 0 <= args.c <= 1:
-        raise InputError(f"--c must be in [0, 1], got {args.c}: a drafter slower than the target "
-                         "never pays off (and the oracle bounds the policies only for c <= 1)")
     rng = np.random.default_rng(args.seed)
     trace = disco.regime_trace(rng, args.trace_length)
     n = trace.size
@@ -351,7 +348,7 @@ _positive_int = int_at_least(1)
 
 
 def _unit_float(text):
-    """An argparse type: a number in [0, 1] (a probability threshold)."""
+    """An argparse type: a number in [0, 1] (a threshold, a cost ratio)."""
     try:
         value = float(text)
     except ValueError:
@@ -423,7 +420,8 @@ def register(subparsers) -> None:
                    help="toy pair: same vocabulary, pruned drafter, or heterogeneous tokenizers (default all)")
     b.add_argument("--sampler", choices=SAMPLERS + ("all",), default="all", help="default all")
     b.add_argument("--gamma", type=_count, default=3, help="draft length (default 3)")
-    b.add_argument("--seed", type=_count, default=0, help="seed of the toy models and the Monte Carlo (>= 0)")
+    b.add_argument("--seed", type=_count, default=0,
+                   help="seed of the toy models and the Monte Carlo (>= 0)")
     b.add_argument("--mc", type=_count, default=0, help="Monte Carlo iterations (default 0: none)")
     common(b)
     b.set_defaults(func=cmd_block)
@@ -462,8 +460,9 @@ def register(subparsers) -> None:
                        epilog="example:\n  rdk-theory simulate disco --c 0.1 --figure disco.png")
     c.add_argument("--pair", choices=TOY_PAIRS, default="pruned")
     c.add_argument("--sampler", choices=SAMPLERS, default="tli")
-    c.add_argument("--c", type=float, default=0.1,
-                   help="drafter/target cost ratio in [0, 1] (default 0.1)")
+    c.add_argument("--c", type=_unit_float, default=0.1,
+                   help="drafter/target cost ratio in [0, 1] (default 0.1; a drafter slower than "
+                        "the target never pays off, and the oracle bounds the policies only then)")
     c.add_argument("--gamma-max", type=_positive_int, default=8)
     c.add_argument("--tokens", type=_positive_int, default=20000, help="tokens per policy (default 20000)")
     c.add_argument("--trace-length", type=int_at_least(2), default=2000,
