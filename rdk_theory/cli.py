@@ -78,8 +78,15 @@ def main(argv: list[str] | None = None) -> int:
         print(f"error: rdk-theory: a COMMAND is required, one of: {names} (see 'rdk-theory "
               "--help')", file=sys.stderr)
         return EXIT_BAD_INPUT
+    return run_command(args.func, args)
+
+
+def run_command(func, args) -> int:
+    """``func(args)`` as a command's exit status; bad input, a missing file, an OS error (a
+    folder that cannot be written) or a MemoryError becomes one ``error: ...`` line on stderr
+    and exit status 2, an interrupt exit status 130, a reader leaving the pipe early 0."""
     try:
-        return int(args.func(args) or 0)
+        return int(func(args) or 0)
     except BrokenPipeError:
         if not _stdout_closed():
             raise

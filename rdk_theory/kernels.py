@@ -163,14 +163,19 @@ class MarginalKernel:
         w = as_prob_array(w, "w")
         if w.ndim != 1:
             raise InputError(f"w must be 1-D, got shape {w.shape}")
-        if not (0 <= lam <= 1):
-            raise InputError(f"lam must be in [0, 1], got {lam}")
+        try:
+            in_range = bool(0 <= lam <= 1)
+        except TypeError:
+            in_range = False
+        if not in_range:
+            raise InputError(f"lam must be a number in [0, 1], got {lam!r}")
         # a private host copy: later edits by the caller cannot leak in; torch input (any
         # device) is copied to the host, and transport moves it to each input's device. A float
         # w (validated to sum to 1 within PROB_ATOL) is renormalised so that the kernel is
         # row-stochastic to round-off; Fraction entries sum to 1 exactly already.
         self.w = np.array(B.to_numpy(w), copy=True)
         if self.w.dtype != object:
+            self.w = self.w.astype(np.float64)  # an integer tensor (a point mass) included
             self.w /= self.w.sum()
         self.lam = lam
         self.n = int(w.shape[0])

@@ -29,7 +29,7 @@ from fractions import Fraction
 
 import numpy as np
 
-from .validation import InputError, as_prob_array
+from .validation import InputError, as_count, as_prob_array
 
 
 def _pq(target_probs, draft_probs):
@@ -41,8 +41,7 @@ def _pq(target_probs, draft_probs):
 
 
 def _check_k_rho(k, rho):
-    if int(k) != k or k < 1:
-        raise InputError(f"k (number of drafts) must be an integer >= 1, got {k}")
+    as_count(k, "k (number of drafts)", 1)
     if not rho >= 1:
         raise InputError(f"rho must be >= 1, got {rho}")
 

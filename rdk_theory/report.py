@@ -197,10 +197,16 @@ def cmd_report(args) -> int:
     fig_path = os.path.join(args.out, "acceptance_vs_kept.png")
     with open(json_path, "w") as fh:
         json.dump(report, fh, indent=2)
-    plot_report(report, fig_path)
+    try:
+        plot_report(report, fig_path)
+    except ImportError:  # matplotlib is the optional [plot] extra: the JSON has every number
+        fig_path = None
     print(report.get("description", report["source"]))
     print(format_table(report))
-    print(f"\nwrote {json_path}\nwrote {fig_path}")
+    print(f"\nwrote {json_path}" + (f"\nwrote {fig_path}" if fig_path else ""))
+    if fig_path is None:
+        print("figure skipped: matplotlib is not installed (pip install 'rdk-theory[plot]')",
+              file=sys.stderr)
     return 0
 
 

@@ -12,7 +12,7 @@ from __future__ import annotations
 import numpy as np
 
 from . import _backend as B
-from .validation import InputError, as_prob_array, same_backend
+from .validation import InputError, as_count, as_prob_array, host, same_backend
 
 
 class InverseCdf:
@@ -26,8 +26,12 @@ class InverseCdf:
 
     def __init__(self, weights):
         w = np.asarray(B.to_numpy(weights), dtype=np.float64)
+        if w.ndim != 1 or w.size == 0:
+            raise InputError(f"weights must be a non-empty 1-D vector, got shape {w.shape}")
         self.cdf = np.cumsum(w)  # sequential: a zero weight repeats the previous sum exactly
         self.total = float(self.cdf[-1])
+        if not np.isfinite(self.total):  # NaN and inf weights end up here
+            raise InputError(f"weights must be finite, got a total of {self.total}")
         positive = np.flatnonzero(w > 0)
         self.last = int(positive[-1]) if positive.size else -1
 
@@ -65,19 +69,13 @@ def sample_steps(target_probs, proposal, n: int, rng, *, check: bool = True):
       ``(tokens, accepted)``: emitted target ids (n,) int64 and whether each draft was accepted
       (n,) bool, as numpy arrays or torch tensors matching the inputs.
     """
+    n = as_count(n, "n")
     if check:
-        target_probs = as_prob_array(target_probs, "target_probs")
-        proposal = as_prob_array(proposal, "proposal", allow_sub_stochastic=True)
-        if target_probs.ndim != 1 or proposal.shape != target_probs.shape:
-            raise InputError(
-                f"sample_steps takes one context: target_probs and proposal must both be "
-                f"(N_T,), got {tuple(target_probs.shape)} and {tuple(proposal.shape)}"
-            )
-        if int(n) < 0:
-            raise InputError(f"n must be >= 0, got {n}")
+        target_probs, proposal = _one_context(target_probs, proposal, "sample_steps")
         target_probs, proposal = same_backend(target_probs, proposal, ("target_probs", "proposal"))
     if B.is_torch(target_probs):
-        return _sample_steps_torch(target_probs, proposal, int(n), rng)
+        return _sample_steps_torch(target_probs, proposal, n, rng)
+    _check_numpy_rng(rng)
     p, r = _normalised(np.asarray(target_probs, dtype=np.float64), np.asarray(proposal, dtype=np.float64))
     mass = float(r.sum())
     drafted = rng.random(n) < mass
@@ -95,6 +93,25 @@ def sample_steps(target_probs, proposal, n: int, rng, *, check: bool = True):
         # the residual is empty only if r = p up to round-off: then p itself is the residual
         tokens[rejected] = _inverse_cdf(excess if excess.sum() > 0 else p, rng.random(rejected.size))
     return tokens, accepted
+
+
+def _one_context(target_probs, proposal, caller):
+    """``(p, r)`` validated (``r`` may be sub-stochastic), both of shape (N_T,)."""
+    target_probs = as_prob_array(target_probs, "target_probs")
+    proposal = as_prob_array(proposal, "proposal", allow_sub_stochastic=True)
+    if target_probs.ndim != 1 or proposal.shape != target_probs.shape:
+        raise InputError(
+            f"{caller} takes one context: target_probs and proposal must both be "
+            f"(N_T,), got {tuple(target_probs.shape)} and {tuple(proposal.shape)}"
+        )
+    return target_probs, proposal
+
+
+def _check_numpy_rng(rng) -> None:
+    """numpy draws need a ``numpy.random.Generator``."""
+    if not isinstance(rng, np.random.Generator):
+        raise InputError(f"numpy arrays need a numpy.random.Generator (np.random.default_rng"
+                         f"(seed)), got {type(rng).__name__}")
 
 
 def _normalised(p, r):
@@ -144,20 +161,40 @@ def _sample_steps_torch(p, r, n, generator):
 
 
 def draw(weights, rng) -> int:
-    """One index drawn with probability ``weights / sum(weights)`` (a zero weight never wins)."""
-    return int(_inverse_cdf(weights, rng.random(1))[0])
+    """One index drawn with probability ``weights / sum(weights)`` (a zero weight never wins).
+
+    ``weights``: a 1-D vector of finite non-negative numbers with a positive sum (numpy, or a
+    tensor on any device); ``rng``: a ``numpy.random.Generator``."""
+    w = np.asarray(host(weights, "weights"), dtype=np.float64)
+    sampler = InverseCdf(w)  # checks the shape and finiteness
+    if not sampler.total > 0 or w.min() < 0:
+        raise InputError(f"weights must be non-negative with a positive sum, got min "
+                         f"{w.min():.3g} and sum {sampler.total:.3g}")
+    _check_numpy_rng(rng)
+    return int(sampler(rng.random(1))[0])
 
 
-def verify_draft(target_probs, proposal, draft: int, rng):
+def verify_draft(target_probs, proposal, draft: int, rng, *, check: bool = True):
     """Verify an already drafted token ``draft ~ proposal``: ``(emitted token, accepted)``.
 
     Accepts with probability ``min(1, p(x)/r(x))``; otherwise draws from the residual built from
     the same ``r`` (from ``p`` when the residual is empty, i.e. ``r = p`` up to round-off). For
     drafting loops (speculative generation) where the draft is drawn outside the step.
+    ``draft = -1`` is a drafter token the target lacks (a sub-stochastic ``r`` leaves mass
+    ``1 - r(T)`` for those): always rejected, so the residual is drawn. ``check`` validates
+    ``p``, ``r`` and ``draft`` (ids outside ``[-1, N_T)`` raise InputError).
     """
-    p, r = _normalised(np.asarray(B.to_numpy(target_probs), dtype=np.float64),
-                       np.asarray(B.to_numpy(proposal), dtype=np.float64))
-    if rng.random() * r[draft] < p[draft]:
+    p = np.asarray(host(target_probs, "target_probs"), dtype=np.float64)
+    r = np.asarray(host(proposal, "proposal"), dtype=np.float64)
+    if check:
+        p, r = _one_context(p, r, "verify_draft")
+        draft = as_count(draft, "draft", lo=-1)
+        if draft >= p.shape[0]:
+            raise InputError(f"draft = {draft} is out of range: the target has {p.shape[0]} "
+                             "tokens (-1: a drafter token the target lacks)")
+    _check_numpy_rng(rng)
+    p, r = _normalised(p, r)
+    if draft >= 0 and rng.random() * r[draft] < p[draft]:
         return int(draft), True
     excess = np.maximum(p - r, 0.0)
     return draw(excess if excess.sum() > 0 else p, rng), False
@@ -186,11 +223,7 @@ def sample_counts(target_probs, proposal, n: int, rng, *, chunk: int = COUNT_CHU
     """
     from ._progress import progress as bar
 
-    n, chunk = int(n), int(chunk)
-    if n < 0:
-        raise InputError(f"n must be >= 0, got {n}")
-    if chunk < 1:
-        raise InputError(f"chunk must be >= 1, got {chunk}")
+    n, chunk = as_count(n, "n"), as_count(chunk, "chunk", 1)
     if B.is_torch(target_probs) or B.is_torch(proposal):
         raise InputError("sample_counts takes numpy arrays; use sample_steps for torch tensors")
     counts, accepted = None, 0

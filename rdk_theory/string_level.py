@@ -58,9 +58,10 @@ def segmentations(string: str, drafter_tokens: Sequence[str]) -> list[tuple[str,
     """All drafter token sequences ``(d_1 .. d_m)`` that produce ``string`` as a prefix minimally.
 
     ``d_1 .. d_{m-1}`` spell a proper prefix of ``string`` and ``d_1 .. d_m`` spell a string that
-    starts with ``string``. Brute force over all sequences of length ``<= len(string)``.
+    starts with ``string``. Brute force over all sequences of length ``<= len(string)``; a token
+    listed twice counts once (a vocabulary is a set of strings).
     """
-    toks = [t for t in drafter_tokens if t]
+    toks = list(dict.fromkeys(t for t in drafter_tokens if t))
     out = []
     for m in range(1, len(string) + 1):
         for seq in itertools.product(toks, repeat=m):
@@ -90,6 +91,8 @@ def psi_by_segmentations(target_tokens: Sequence[str], next_token_probs: NextTok
 
 def psi(target_tokens: Sequence[str], next_token_probs: NextTokenProbs):
     """``psi(t) = P(drafter string starts with s_t)`` for each target token (recursive form)."""
+    if any(not s for s in target_tokens):
+        raise InputError("target tokens must be non-empty strings")
     vals = [prefix_probability(s, next_token_probs) for s in target_tokens]
     return np.array(vals, dtype=object if _exact(vals) else np.float64)
 

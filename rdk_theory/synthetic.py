@@ -17,13 +17,11 @@ from dataclasses import dataclass
 import numpy as np
 
 from ._backend import softmax
-from .validation import InputError
+from .validation import InputError, as_count
 
 
 def _check_n(n):
-    if int(n) < 1:
-        raise InputError(f"vocabulary size must be >= 1, got {n}")
-    return int(n)
+    return as_count(n, "vocabulary size", 1)
 
 
 def dirichlet(rng, n: int, concentration: float = 1.0, size: int | tuple = ()) -> np.ndarray:

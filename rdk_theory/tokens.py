@@ -73,6 +73,20 @@ def token_bytes(token: str, family: str) -> bytes:
     return token.encode("utf-8", "surrogateescape")
 
 
+def match_ranks(tokens: Sequence[str], family: str | None = None) -> list[int]:
+    """Which of two tokens standing for the same bytes a string map pairs first (lower first):
+    1 for a SentencePiece byte-fallback token (``<0x61>``), 0 for any other.
+
+    A SentencePiece vocabulary may hold both ``a`` and its byte-fallback twin ``<0x61>`` (Gemma
+    and Llama 2 list the 256 byte tokens first). The tokenizer emits a byte-fallback token only
+    for bytes no text token covers, so the text token is the one a model puts its mass on: a map
+    that paired the drafter's ``a`` with the target's ``<0x61>`` would send the drafter's mass
+    to a token of probability ~0. ``family`` is detected when not given."""
+    if (family or token_family(tokens)) != "sentencepiece":
+        return [0] * len(tokens)
+    return [1 if _SP_BYTE.fullmatch(t) else 0 for t in tokens]
+
+
 def canonical_tokens(tokens: Sequence[str], special_ids: Iterable[int] = (),
                      family: str | None = None) -> list[str]:
     """Each token rewritten to its bytes (as ``str`` via ``surrogateescape``); special tokens

@@ -17,6 +17,7 @@ Conventions (written down once, enforced here):
 from __future__ import annotations
 
 import numbers
+import operator
 from fractions import Fraction
 
 import numpy as np
@@ -126,6 +127,21 @@ def same_backend(a, b, names=("a", "b")):
     return (tensor, other) if ta else (other, tensor)
 
 
+def as_count(value, name: str, lo: int = 0) -> int:
+    """``value`` as a Python ``int >= lo``: an int, a numpy integer or a whole-number float
+    (``1e5``); anything else (``2.5``, NaN, a string, a bool) raises InputError."""
+    out = None
+    if not isinstance(value, (bool, np.bool_)):
+        try:
+            out = operator.index(value)
+        except TypeError:
+            if isinstance(value, (float, np.floating)) and float(value).is_integer():
+                out = int(value)
+    if out is None or out < lo:
+        raise InputError(f"{name} must be an integer >= {lo}, got {value!r}")
+    return out
+
+
 def int_at_least(lo: int):
     """An argparse ``type``: an integer >= ``lo``; anything else is a one-line usage error
     (``error: ...``, exit status 2) before the command starts."""
@@ -208,6 +224,8 @@ def _check_torch_probs(x, name, allow_sub_stochastic, atol):
         raise InputError(f"{name} must have a non-empty last axis, got shape {tuple(x.shape)}")
     if not torch.isfinite(x).all():
         raise InputError(f"{name} has a non-finite value")
+    if x.dtype in (torch.float16, torch.bfloat16):  # a half-precision softmax misses 1 by
+        atol = max(atol, torch.finfo(x.dtype).eps)  # up to its rounding (<= eps / 2 in all)
     if (x < 0).any():
         if (x < -NEG_ATOL).any():
             raise InputError(f"{name} has a negative probability (min {x.min().item():.3g}, "
@@ -216,8 +234,9 @@ def _check_torch_probs(x, name, allow_sub_stochastic, atol):
     sums = x.sum(-1, dtype=torch.float64)
     bad = (sums > 1 + atol) if allow_sub_stochastic else ((sums - 1).abs() > atol)
     if bad.any():
-        raise InputError(f"{name} must sum to 1 along its last axis; a row sums to "
-                         f"{sums[bad].reshape(-1)[0].item():.8g}")
+        want = "at most 1" if allow_sub_stochastic else "1"
+        raise InputError(f"{name} must sum to {want} along its last axis (tolerance {atol:g}); "
+                         f"a row sums to {sums[bad].reshape(-1)[0].item():.8g}")
     return x
 
 

@@ -21,8 +21,8 @@ from typing import Sequence
 import numpy as np
 
 from . import _backend as B
-from .tokens import canonical_tokens, detect_space_marker
-from .validation import InputError, as_draft_to_target, as_real_array, host
+from .tokens import canonical_tokens, detect_space_marker, match_ranks
+from .validation import InputError, as_count, as_draft_to_target, as_prob_array, as_real_array, host
 
 @dataclass(frozen=True, eq=False)
 class VocabMap:
@@ -133,6 +133,8 @@ class VocabMap:
         kept = np.asarray(host(kept_ids))
         if kept.ndim != 1 or kept.size == 0:
             raise InputError(f"kept_ids must be a non-empty 1-D list of ids, got shape {kept.shape}")
+        if kept.dtype.kind not in "iuf":
+            raise InputError(f"kept_ids must hold integer ids, got dtype {kept.dtype}")
         if np.any(kept < 0):
             raise InputError(f"kept_ids must be target ids >= 0, got {int(kept.min())}")
         return cls(n_target, kept)
@@ -162,14 +164,23 @@ class VocabMap:
             generation does; it misses newline/tab/non-ASCII tokens across families;
           * ``"none"``: strings compared as given.
 
-        A target string that occurs twice keeps its first id; a drafter token with no match maps
-        to ``-1``. Any map keeps TLI lossless; a better map only raises acceptance.
+        Tokens with equal keys (the strings compared) pair up in order: the drafter's first
+        such token takes the target's first, the second the second, and drafter tokens left
+        over map to ``-1`` (the map stays one-to-one). "First" is by id, except that with
+        ``"bytes"`` a SentencePiece byte-fallback token (``<0x61>``) comes after the text token
+        standing for the same bytes (``a``; :func:`rdk_theory.tokens.match_ranks`). An empty or
+        ``None`` string (a hole in a tokenizer's id table) matches nothing. Any map keeps TLI
+        lossless; a better map only raises acceptance.
         """
         if len(draft_tokens) == 0 or len(target_tokens) == 0:
             raise InputError("token lists must be non-empty")
+        draft_tokens = _strings(draft_tokens, "draft_tokens")
+        target_tokens = _strings(target_tokens, "target_tokens")
+        draft_ranks = target_ranks = None
         if normalise == "bytes":
             draft_keys = canonical_tokens(draft_tokens, draft_special_ids)
             target_keys = canonical_tokens(target_tokens, target_special_ids)
+            draft_ranks, target_ranks = match_ranks(draft_tokens), match_ranks(target_tokens)
         elif normalise == "marker":
             ds = draft_space_marker if draft_space_marker is not None else detect_space_marker(draft_tokens)
             ts = target_space_marker if target_space_marker is not None else detect_space_marker(target_tokens)
@@ -180,17 +191,44 @@ class VocabMap:
             draft_keys, target_keys = list(draft_tokens), list(target_tokens)
         else:
             raise InputError(f"normalise must be 'bytes', 'marker' or 'none', got {normalise!r}")
-        index: dict[str, int] = {}
-        for t, tok in enumerate(target_keys):
-            index.setdefault(tok, t)
-        mapped = np.full(len(draft_keys), -1, dtype=np.int64)
-        used: set[int] = set()
-        for j, tok in enumerate(draft_keys):
-            t = index.get(tok, -1)
-            if t >= 0 and t not in used:
-                mapped[j] = t
-                used.add(t)
+        mapped = match_keys(draft_keys, target_keys, draft_ranks, target_ranks)
         return cls(len(target_tokens), mapped)
+
+
+def _strings(tokens, name: str) -> list[str]:
+    """Token strings as a list, ``None`` (a hole in the id table) read as ``""``."""
+    out = ["" if t is None else t for t in tokens]
+    bad = next((i for i, t in enumerate(out) if not isinstance(t, str)), None)
+    if bad is not None:
+        raise InputError(f"{name}[{bad}] is {type(out[bad]).__name__} {out[bad]!r}, not a string")
+    return out
+
+
+def match_keys(draft_keys: Sequence[str], target_keys: Sequence[str],
+               draft_ranks: Sequence[int] | None = None,
+               target_ranks: Sequence[int] | None = None) -> np.ndarray:
+    """``draft_to_target`` (N_D,) int64 pairing equal keys one-to-one, as
+    :meth:`VocabMap.from_token_strings` describes: within each key, drafter and target ids
+    in order of (rank, id) (ranks default to 0) pair up; an empty key matches nothing."""
+    free: dict[str, list[int]] = {}
+    for t in _rank_order(target_keys, target_ranks):
+        if target_keys[t]:
+            free.setdefault(target_keys[t], []).append(t)
+    for ids in free.values():
+        ids.reverse()  # pop() gives the first
+    mapped = np.full(len(draft_keys), -1, dtype=np.int64)
+    for j in _rank_order(draft_keys, draft_ranks):
+        ids = free.get(draft_keys[j])
+        if ids:
+            mapped[j] = ids.pop()
+    return mapped
+
+
+def _rank_order(keys, ranks):
+    """Indices of ``keys`` by (rank, index)."""
+    if ranks is None:
+        return range(len(keys))
+    return sorted(range(len(keys)), key=ranks.__getitem__)  # stable: ties keep id order
 
 
 def pruned_draft_probs(draft_probs_full, vocab_map: VocabMap):
@@ -204,7 +242,7 @@ def pruned_draft_probs(draft_probs_full, vocab_map: VocabMap):
     if not vocab_map.is_pruned:
         raise InputError("pruned_draft_probs needs a pruned map (every drafter id in the target)")
     is_torch = B.is_torch(draft_probs_full)
-    full = draft_probs_full if is_torch else as_real_array(draft_probs_full, "draft_probs_full")
+    full = as_prob_array(draft_probs_full, "draft_probs_full")  # a tensor stays on its device
     top = int(vocab_map.draft_to_target.max())
     if full.ndim == 0 or full.shape[-1] <= top:  # checked here: on CUDA a bad index is fatal
         raise InputError(f"draft_probs_full has shape {tuple(full.shape)}, but the map keeps "
@@ -241,7 +279,8 @@ def keep_most_frequent(token_counts, k: int) -> np.ndarray:
         raise InputError(f"token_counts must be a non-empty 1-D vector, got shape {counts.shape}")
     if np.any(counts < 0) or not np.all(np.isfinite(counts)):
         raise InputError("token_counts must be finite and non-negative")
-    if not 1 <= int(k) <= counts.size:
+    k = as_count(k, "k", 1)
+    if k > counts.size:
         raise InputError(f"k must be in [1, {counts.size}], got {k}")
     order = np.lexsort((np.arange(counts.size), -counts))
-    return np.sort(order[: int(k)])
+    return np.sort(order[:k])

@@ -42,7 +42,7 @@ import math
 
 import numpy as np
 
-from rdk_theory.validation import InputError
+from rdk_theory.validation import InputError, as_count
 
 from .block import expected_tokens_iid
 
@@ -55,10 +55,8 @@ def _check(c, a, k=1, servers=1):
         raise InputError(f"drafter cost c must be in (0, 1] target forwards, got {c}")
     if not (0 <= a < 1):
         raise InputError(f"acceptance a must be in [0, 1) (a = 1 never rejects), got {a}")
-    if int(k) != k or k < 1:
-        raise InputError(f"lookahead k must be an integer >= 1, got {k}")
-    if int(servers) != servers or servers < 1:
-        raise InputError(f"servers must be an integer >= 1, got {servers}")
+    as_count(k, "lookahead k", 1)
+    as_count(servers, "servers", 1)
 
 
 def non_si_cost(c=None, a=None) -> float:

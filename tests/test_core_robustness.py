@@ -314,7 +314,7 @@ def test_json_into_a_closed_pipe_is_not_a_traceback(tmp_path):
 
 def test_negative_step_count_is_an_input_error():
     p = np.array([0.5, 0.5])
-    with pytest.raises(rt.InputError, match="n must be >= 0"):
+    with pytest.raises(rt.InputError, match="n must be an integer >= 0"):
         rt.sample_steps(p, p, -1, np.random.default_rng(0))
     tokens, accepted = rt.sample_steps(p, p, 0, np.random.default_rng(0))
     assert tokens.size == 0 and accepted.size == 0
@@ -337,9 +337,9 @@ def test_sample_counts_is_sample_steps_chunk_by_chunk():
     assert counts[1] == 0
     counts, accepted = rt.sample_counts(p, r, 0, np.random.default_rng(0))
     assert counts.tolist() == [0, 0, 0, 0] and accepted == 0
-    with pytest.raises(rt.InputError, match="n must be >= 0"):
+    with pytest.raises(rt.InputError, match="n must be an integer >= 0"):
         rt.sample_counts(p, r, -1, np.random.default_rng(0))
-    with pytest.raises(rt.InputError, match="chunk must be >= 1"):
+    with pytest.raises(rt.InputError, match="chunk must be an integer >= 1"):
         rt.sample_counts(p, r, 5, np.random.default_rng(0), chunk=0)
     with pytest.raises(rt.InputError, match="target_probs"):
         rt.sample_counts([0.5, np.nan], [0.5, 0.5], 0, np.random.default_rng(0))
@@ -553,3 +553,19 @@ def test_calculators_name_batch_shapes_that_do_not_broadcast(calc):
     with pytest.raises(rt.InputError, match=r"leading shape \(3,\), \w+ \(2,\): they must broadcast"):
         calc(p3, r2)
     assert np.shape(calc(p3, r2[:1])) == np.shape(calc(p3, p3))  # (1, N) against (3, N) is fine
+
+
+def test_report_without_matplotlib_writes_the_json_and_says_the_figure_was_skipped(
+        tmp_path, capsys, monkeypatch):
+    """matplotlib is the optional [plot] extra: the main job still prints and saves its numbers."""
+    import sys
+
+    monkeypatch.setitem(sys.modules, "matplotlib", None)  # import matplotlib -> ImportError
+    monkeypatch.setitem(sys.modules, "matplotlib.pyplot", None)
+    assert main(["report", "--source", "synthetic", "--quick", "--vocab", "24", "--keep", "1,0.5",
+                 "--out", str(tmp_path)]) == 0
+    out, err = capsys.readouterr()
+    assert (tmp_path / "report.json").exists()
+    assert not (tmp_path / "acceptance_vs_kept.png").exists()
+    assert "wrote" in out and "acceptance_vs_kept.png" not in out
+    assert "figure skipped: matplotlib is not installed" in err

@@ -74,3 +74,38 @@ def test_marker_rewrite_covers_every_marker_and_first_ids_win():
     assert list(vm.draft_to_target) == [0, 1, 2, -1, -1]
     by_bytes = rt.VocabMap.from_token_strings(draft, target)
     assert list(by_bytes.draft_to_target) == [0, 1, 2, -1, -1]
+
+
+# A Llama-2 / Gemma-style SentencePiece vocabulary: the 256 byte-fallback tokens come before the
+# text tokens, so ',' (id 260) has a twin '<0x2C>' (id 47) standing for the same byte.
+SP_VOCAB = (["<unk>", "<s>", "</s>"] + [f"<0x{b:02X}>" for b in range(256)]
+            + ["\u2581the", ",", ".", "a", "\u2581"])
+BYTE_LEVEL_VOCAB = ["\u0120the", ",", ".", "a", "\u0120"]
+
+
+def test_bytes_map_pairs_text_tokens_before_their_byte_fallback_twins():
+    """The target's mass sits on its text tokens (the tokenizer emits '<0x2C>' only for bytes
+    no text token covers): the byte-level drafter's ',' must reach ',' (id 260), not '<0x2C>'."""
+    to_sp = rt.VocabMap.from_token_strings(BYTE_LEVEL_VOCAB, SP_VOCAB)
+    assert to_sp.draft_to_target.tolist() == [259, 260, 261, 262, 263]
+    p = np.zeros(len(SP_VOCAB))
+    p[259:] = 0.2  # all of the target's mass on its text tokens
+    q = np.full(len(BYTE_LEVEL_VOCAB), 0.2)  # the drafter proposes exactly those tokens
+    assert rt.oov_cap(p, to_sp) == pytest.approx(1.0)
+    assert rt.acceptance_rate(p, rt.tli_proposal(q, to_sp)) == pytest.approx(1.0)
+    # the other way: the SentencePiece drafter's text tokens are matched, their twins left over
+    from_sp = rt.VocabMap.from_token_strings(SP_VOCAB, BYTE_LEVEL_VOCAB)
+    assert np.flatnonzero(from_sp.draft_to_target >= 0).tolist() == [259, 260, 261, 262, 263]
+    # a vocabulary against itself: every twin pairs with itself, the map is the identity
+    same = rt.VocabMap.from_token_strings(SP_VOCAB, SP_VOCAB)
+    assert same.draft_to_target.tolist() == list(range(len(SP_VOCAB)))
+
+
+def test_equal_strings_pair_up_in_id_order_and_holes_match_nothing():
+    """Two drafter tokens with the same key take the target's two tokens of that key in order;
+    an empty or None string (a hole in a tokenizer's id table) matches nothing."""
+    vm = rt.VocabMap.from_token_strings(["x", "", "x", None, "y"], [None, "x", "", "x", "y"],
+                                        normalise="none")
+    assert vm.draft_to_target.tolist() == [1, -1, 3, -1, 4]
+    with pytest.raises(rt.InputError, match=r"draft_tokens\[1\] is int 7, not a string"):
+        rt.VocabMap.from_token_strings(["a", 7], ["a"])

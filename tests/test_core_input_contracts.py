@@ -1,0 +1,148 @@
+"""The public helpers around the step refuse what they cannot use, in one InputError line:
+draft ids, weights, generators, counts, token lists and half-precision probabilities."""
+from fractions import Fraction
+
+import numpy as np
+import pytest
+import torch
+
+import rdk_theory as rt
+from rdk_theory import string_level as sl
+from rdk_theory.validation import as_count, as_prob_array
+from tests.stats import assert_matches_law
+
+
+def test_verify_draft_of_an_absent_token_is_a_rejection_and_keeps_the_law():
+    """Monte Carlo: n = 40,000 steps with a sub-stochastic r (r(T) = 0.7): the draft is -1 (a
+    drafter token the target lacks) with probability 0.3 and is then always rejected; the
+    emitted law is p (chi-square at the suite's per-test false-alarm rate, tests/stats.py)."""
+    rng = np.random.default_rng(11)
+    p = np.array([0.1, 0.0, 0.6, 0.3])
+    r = np.array([0.4, 0.2, 0.0, 0.1])
+    counts = np.zeros(4, dtype=np.int64)
+    for _ in range(40_000):
+        x = rt.draw(r, rng) if rng.random() < r.sum() else -1
+        tok, ok = rt.verify_draft(p, r, x, rng)
+        assert not (x == -1 and ok)
+        counts[tok] += 1
+    assert_matches_law(counts, p, "verify_draft with absent drafts")
+    # -1 is never accepted, whatever the generator draws
+    assert not any(rt.verify_draft(p, r, -1, np.random.default_rng(s))[1] for s in range(50))
+
+
+@pytest.mark.parametrize("draft, match", [
+    (4, "draft = 4 is out of range"), (-2, "draft must be an integer >= -1"),
+    (1.5, "draft must be an integer"), ("1", "draft must be an integer"),
+])
+def test_verify_draft_refuses_ids_outside_the_target(draft, match):
+    p = np.array([0.25] * 4)
+    with pytest.raises(rt.InputError, match=match):
+        rt.verify_draft(p, p, draft, np.random.default_rng(0))
+
+
+def test_verify_draft_validates_the_laws_and_the_generator():
+    p = np.array([0.25] * 4)
+    with pytest.raises(rt.InputError, match="target_probs must sum to 1"):
+        rt.verify_draft([0.9, 0.9, 0.25, 0.25], p, 0, np.random.default_rng(0))
+    with pytest.raises(rt.InputError, match="proposal"):
+        rt.verify_draft(p, [0.5, np.nan, 0, 0], 0, np.random.default_rng(0))
+    with pytest.raises(rt.InputError, match="one context"):
+        rt.verify_draft(p, p[:3] / p[:3].sum(), 0, np.random.default_rng(0))
+    with pytest.raises(rt.InputError, match="numpy.random.Generator"):
+        rt.verify_draft(p, p, 0, None)
+    assert rt.verify_draft(p, p, np.int64(2), np.random.default_rng(0)) == (2, True)
+
+
+@pytest.mark.parametrize("weights, match", [
+    (np.zeros(3), "positive sum"), ([0.5, -0.4, 0.5], "non-negative"),
+    ([0.5, np.nan, 0.5], "finite"), ([0.5, np.inf], "finite"),
+    (np.ones((2, 2)), "1-D"), ([], "non-empty"),
+])
+def test_draw_refuses_weights_it_cannot_draw_from(weights, match):
+    with pytest.raises(rt.InputError, match=match):
+        rt.draw(weights, np.random.default_rng(0))
+
+
+def test_draw_and_sample_steps_need_a_numpy_generator_for_numpy_input():
+    p = np.array([0.5, 0.5])
+    for rng in (None, torch.Generator(), np.random.RandomState(0)):
+        with pytest.raises(rt.InputError, match="numpy.random.Generator"):
+            rt.sample_steps(p, p, 3, rng)
+        with pytest.raises(rt.InputError, match="numpy.random.Generator"):
+            rt.draw(p, rng)
+
+
+def test_step_counts_must_be_whole_numbers():
+    p = np.array([0.5, 0.5])
+    rng = np.random.default_rng(0)
+    assert rt.sample_steps(p, p, 3.0, rng)[0].shape == (3,)
+    assert rt.sample_steps(p, p, np.int32(2), rng)[0].shape == (2,)
+    for bad in (2.7, float("nan"), "3", True):
+        with pytest.raises(rt.InputError, match="n must be an integer >= 0"):
+            rt.sample_steps(p, p, bad, rng)
+        with pytest.raises(rt.InputError, match="n must be an integer >= 0"):
+            rt.sample_counts(p, p, bad, rng)
+
+
+def test_as_count_takes_integers_and_whole_floats_only():
+    assert [as_count(v, "x") for v in (3, np.int64(3), 3.0, np.float32(3))] == [3] * 4
+    assert as_count(-1, "x", lo=-1) == -1
+    for bad in (2.5, float("inf"), float("nan"), "3", True, np.bool_(False), None, -1):
+        with pytest.raises(rt.InputError, match="x must be an integer >= 0"):
+            as_count(bad, "x")
+
+
+def test_pruned_draft_probs_takes_probabilities_not_logits():
+    vm = rt.VocabMap.from_kept_ids([0, 2], 4)
+    for bad in ([2.0, 3.0, 1.0, 0.0], torch.tensor([2.0, 3.0, 1.0, 0.0]), [0.5, 0.6, -0.1, 0.0]):
+        with pytest.raises(rt.InputError, match="draft_probs_full"):
+            rt.pruned_draft_probs(bad, vm)
+    got = rt.pruned_draft_probs(torch.tensor([0.2, 0.3, 0.1, 0.4], dtype=torch.float64), vm)
+    assert got.tolist() == pytest.approx([2 / 3, 1 / 3])
+
+
+def test_vocabulary_builders_refuse_non_integer_ids_and_sizes():
+    with pytest.raises(rt.InputError, match="kept_ids must hold integer ids"):
+        rt.VocabMap.from_kept_ids(["1", "2"], 5)
+    with pytest.raises(rt.InputError, match="k must be an integer >= 1"):
+        rt.keep_most_frequent([3, 2, 1], 2.5)
+    assert rt.keep_most_frequent([3, 2, 1], 2.0).tolist() == [0, 1]
+    with pytest.raises(rt.InputError, match="vocabulary size must be an integer >= 1"):
+        rt.synthetic.dirichlet(np.random.default_rng(0), 4.5)
+
+
+def test_marginal_kernel_takes_an_integer_point_mass_and_refuses_a_non_number_lam():
+    q = np.array([0.2, 0.5, 0.3])
+    from_int = rt.MarginalKernel(torch.tensor([0, 1, 0]), 0.5).transport(q)
+    assert from_int.tolist() == rt.MarginalKernel(np.array([0.0, 1.0, 0.0]), 0.5).transport(q).tolist()
+    for lam in (None, "0.5", 1.5):
+        with pytest.raises(rt.InputError, match="lam must be a number in"):
+            rt.MarginalKernel(np.array([0.0, 1.0, 0.0]), lam)
+
+
+def test_segmentations_count_a_repeated_drafter_token_once():
+    """psi("a") for a unigram drafter over {a: 1/4, ab: 1/2, b: 1/4}: tokens starting with "a"
+    carry 3/4; listing "a" twice must not count its segmentation twice (5/4 before the fix)."""
+    probs = {"a": Fraction(1, 4), "ab": Fraction(1, 2), "b": Fraction(1, 4)}
+    drafter = sl.unigram_drafter(probs)
+    got = sl.psi_by_segmentations(["a"], drafter, ["a", "ab", "b", "a"])
+    assert got.tolist() == [Fraction(3, 4)] == sl.psi(["a"], drafter).tolist()
+    for fn in (lambda: sl.psi([""], drafter), lambda: sl.psi_by_segmentations([""], drafter, ["a"])):
+        with pytest.raises(rt.InputError, match="non-empty strings"):
+            fn()
+
+
+def test_half_precision_softmax_rows_pass_within_their_rounding():
+    """A bf16 / fp16 softmax row misses 1 by its rounding (up to a few 1e-4 over a 49,152-token
+    vocabulary, above the float tolerance 1e-4): accepted within the dtype's eps, and a row
+    that misses by more is still refused."""
+    logits = torch.randn(8, 49_152, generator=torch.Generator().manual_seed(0)) * 3
+    for dtype in (torch.bfloat16, torch.float16):
+        rows = torch.softmax(logits, -1).to(dtype)
+        miss = float((rows.sum(-1, dtype=torch.float64) - 1).abs().max())
+        assert miss < torch.finfo(dtype).eps
+        assert as_prob_array(rows, "p") is rows
+        with pytest.raises(rt.InputError, match="must sum to 1"):
+            as_prob_array(rows * 1.05, "p")
+    with pytest.raises(rt.InputError, match=r"tolerance 0\.0001"):
+        as_prob_array(torch.softmax(logits, -1).double() * (1 + 2e-4), "p")
