@@ -4,7 +4,7 @@ from __future__ import annotations
 import argparse
 import sys
 
-from rdk_theory.validation import InputError
+from rdk_theory.cli import run_command
 
 from .cli import VALIDATE_EPILOG, add_run_arguments, cmd_models, cmd_validate, register_models
 
@@ -22,11 +22,7 @@ def main(argv=None) -> int:
     if not getattr(args, "func", None):
         parser.print_help()
         return 2
-    try:
-        return int(args.func(args) or 0)
-    except InputError as exc:
-        print(f"error: {exc}", file=sys.stderr)
-        return 2
+    return run_command(args.func, args)  # errors as `rdk-theory validate` reports them
 
 
 if __name__ == "__main__":

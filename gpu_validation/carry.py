@@ -43,9 +43,10 @@ def split(path, out_dir, chunk_mib: float = 60) -> dict:
     path, out_dir = Path(path), Path(out_dir)
     if not path.is_file():
         raise CarryError(f"{path} is not a file")
+    if not (isinstance(chunk_mib, (int, float)) and 0 < chunk_mib < float("inf")
+            and int(chunk_mib * MIB) >= 1):
+        raise CarryError(f"--chunk-mib must be a positive number, got {chunk_mib}")
     size = int(chunk_mib * MIB)
-    if size < 1:
-        raise CarryError(f"--chunk-mib must be positive, got {chunk_mib}")
     out_dir.mkdir(parents=True, exist_ok=True)
     whole, chunks = hashlib.sha256(), []
     with open(path, "rb") as fh:
@@ -78,6 +79,7 @@ def join(chunk_dir, out_path, expected_sha256: str | None = None) -> Path:
         manifest = json.loads((chunk_dir / MANIFEST).read_text())
     except (OSError, ValueError) as exc:
         raise CarryError(f"cannot read {chunk_dir / MANIFEST}: {exc}") from None
+    _check_manifest(manifest, chunk_dir / MANIFEST)
     if expected_sha256 and expected_sha256 != manifest["sha256"]:
         raise CarryError(f"the manifest's SHA-256 {manifest['sha256']} is not the expected "
                          f"{expected_sha256}")
@@ -102,11 +104,24 @@ def join(chunk_dir, out_path, expected_sha256: str | None = None) -> Path:
                              f"{manifest['sha256']}: output removed")
         os.replace(tmp, out_path)
     except BaseException:
-        for f in (tmp, out_path):
-            if f.exists():
-                f.unlink()
+        if tmp.exists():  # only our own partial output: a file already at out_path stays
+            tmp.unlink()
         raise
     return out_path
+
+
+def _check_manifest(manifest, where: Path) -> None:
+    """CarryError unless ``manifest`` has the shape :func:`split` writes."""
+    def chunk_ok(c):
+        return (isinstance(c, dict) and isinstance(c.get("file"), str)
+                and Path(c["file"]).name == c["file"]  # a name inside the folder, no path
+                and type(c.get("bytes")) is int and isinstance(c.get("sha256"), str))
+    ok = (isinstance(manifest, dict) and isinstance(manifest.get("sha256"), str)
+          and isinstance(manifest.get("chunks"), list) and manifest["chunks"]
+          and all(chunk_ok(c) for c in manifest["chunks"]))
+    if not ok:
+        raise CarryError(f"{where} is not a chunk manifest (a 'sha256' and a non-empty list of "
+                         "'chunks', each with 'file', 'bytes' and 'sha256')")
 
 
 def main(argv=None) -> int:

@@ -50,13 +50,13 @@ class Collected:
 
 
 def next_token_probs(lm, ids: list[int], *, device: str = "cpu") -> np.ndarray:
-    """Softmax of the logits at positions 1..L-1 of one forward pass, (L-1, V) float32."""
+    """The law (:meth:`gpu_validation.models.LoadedModel.probs`) at positions 1..L-1 of one
+    forward pass, (L-1, V) float32."""
     import torch
 
     with torch.inference_mode():
         x = torch.tensor([ids], device=device)
-        logits = lm.model(x).logits[0, 1:].float()
-        return torch.softmax(logits, dim=-1).cpu().numpy()
+        return lm.probs(lm.model(x).logits[0, 1:]).cpu().numpy()
 
 
 def collect(target, drafter, texts=EVAL_TEXTS, *, max_tokens: int | None = None,

@@ -106,6 +106,10 @@ def collect_pair(cfg: RunConfig, log=print):
     if tgt.tokenizer.get_vocab() != drf.tokenizer.get_vocab():
         raise models.ModelError("the pruned-drafter study needs target and drafter with the same "
                                 "tokenizer; these two differ (see --hetero for that case)")
+    width = models.share_output_width(tgt, drf)  # LM heads padded to different widths
+    if width is not None:
+        log(f"LM heads of {tgt.output_width:,} and {drf.output_width:,} rows: both read over "
+            f"their first {width:,} ids (past the tokenizer's {len(tgt.tokenizer):,})")
     ev = collect.collect(tgt, drf, collect.EVAL_TEXTS, device=cfg.device)
     ca = collect.collect(tgt, drf, collect.CALIB_TEXTS, device=cfg.device)
     cal_ids = [collect.tokenize(tgt.tokenizer, collect.read_text(n)) for n in collect.CALIB_TEXTS]

@@ -30,14 +30,15 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from rdk_theory.tokens import (BYTE_DECODER, SPECIAL_PREFIX, canonical_tokens,  # noqa: F401
-                               token_bytes, token_family)
+                               match_ranks, token_bytes, token_family)
 from rdk_theory.acceptance import oov_cap
-from rdk_theory.vocab import VocabMap
+from rdk_theory.vocab import VocabMap, match_keys
 
 
 @dataclass
 class TokenList:
-    """A tokenizer's id -> string table, its special ids and its canonical (byte) strings."""
+    """A tokenizer's id -> string table, its special ids, its canonical (byte) strings and
+    their match ranks (:func:`rdk_theory.tokens.match_ranks`)."""
 
     name: str
     tokens: list[str]
@@ -45,16 +46,30 @@ class TokenList:
     family: str = ""
     canonical: list[str] = field(default_factory=list)
     info: dict = field(default_factory=dict)
+    ranks: list[int] = field(default_factory=list)
 
     def __post_init__(self):
         self.family = self.family or token_family(self.tokens)
         if not self.canonical:
             self.canonical = canonical_tokens(self.tokens, self.special_ids, self.family)
+        if not self.ranks:
+            self.ranks = match_ranks(self.tokens, self.family)
 
     @property
     def n_duplicates(self) -> int:
-        """Ids whose canonical string an earlier id already has (e.g. Gemma ``\\n``/``<0x0A>``)."""
-        return len(self.canonical) - len(set(self.canonical))
+        """Ids whose canonical string an earlier id already has (e.g. Gemma ``\\n``/``<0x0A>``);
+        holes (empty strings, which match nothing) are not counted."""
+        text = [s for s in self.canonical if s]
+        return len(text) - len(set(text))
+
+    def padded(self, width: int) -> "TokenList":
+        """This list with holes (``""``: matching nothing) up to ``width`` ids: the rows of an
+        LM head padded past its tokenizer (Qwen2.5 on the hub: 151,665 ids, 151,936 rows)."""
+        extra = width - len(self.tokens)
+        if extra <= 0:
+            return self
+        return TokenList(self.name, self.tokens + [""] * extra, self.special_ids, self.family,
+                         self.canonical + [""] * extra, dict(self.info), self.ranks + [0] * extra)
 
 
 def token_list_from_tokenizer(name: str, tokenizer, info=None) -> TokenList:
@@ -77,11 +92,13 @@ def load_token_list(spec: str, *, fetch_missing: bool = False, log=print) -> Tok
 
 
 def build_map(draft: TokenList, target: TokenList, normalisation: str = "bytes") -> VocabMap:
-    """``draft_to_target`` by string: ``"bytes"`` (canonical strings) or ``"marker"`` (core)."""
+    """``draft_to_target`` by string: ``"bytes"`` (canonical strings, text tokens paired before
+    byte-fallback twins, as the core's default) or ``"marker"`` (core)."""
     if normalisation == "marker":
         return VocabMap.from_token_strings(draft.tokens, target.tokens, normalise="marker")
     if normalisation == "bytes":
-        return VocabMap.from_token_strings(draft.canonical, target.canonical, normalise="none")
+        return VocabMap(len(target.canonical), match_keys(draft.canonical, target.canonical,
+                                                          draft.ranks, target.ranks))
     raise ValueError(f"normalisation must be 'bytes' or 'marker', got {normalisation!r}")
 
 
@@ -100,7 +117,7 @@ def oov_cap_by_strings(target_probs, draft: TokenList, target: TokenList) -> np.
     """``p(I)`` per row computed without a VocabMap: mass on target ids whose canonical string
     occurs in the drafter's vocabulary. Equals the map's ``p(I)`` when the target's canonical
     strings are unique (:attr:`TokenList.n_duplicates` = 0)."""
-    have = set(draft.canonical)
+    have = set(draft.canonical) - {""}  # holes match nothing
     mask = np.fromiter((s in have for s in target.canonical), dtype=bool,
                        count=len(target.canonical))
     return np.asarray(target_probs, dtype=np.float64)[:, mask].sum(axis=1)
@@ -156,6 +173,10 @@ def run(target: str = DEFAULT_TARGET, drafters=DEFAULT_DRAFT_VOCABS, *, out=None
     lm = models.load(target, device=device, dtype=dtype, fetch_missing=fetch_missing, log=log)
     if len(lm.tokenizer) != len(lists[target].tokens):
         raise models.ModelError(f"{target}: tokenizer sizes differ between loads")
+    if lm.output_width < len(lists[target].tokens):
+        raise models.ModelError(f"{target}: its LM head has {lm.output_width:,} rows, fewer than "
+                                f"its tokenizer's {len(lists[target].tokens):,} ids")
+    target_list = lists[target].padded(lm.output_width)  # the laws' width
     ev = collect.collect(lm, None, collect.EVAL_TEXTS, device=device)
     caps = []
     for d in drafters:
@@ -163,13 +184,13 @@ def run(target: str = DEFAULT_TARGET, drafters=DEFAULT_DRAFT_VOCABS, *, out=None
             continue
         entry = {"drafter_vocab": d, "target": target}
         for norm in ("bytes", "marker"):
-            vm = build_map(lists[d], lists[target], norm)
+            vm = build_map(lists[d], target_list, norm)
             entry[norm] = oov_caps(ev.p, ev.next_ids, ev.source, ev.texts, vm)
             entry[norm]["intersection"] = int((vm.draft_to_target >= 0).sum())
-        by_str = oov_cap_by_strings(ev.p, lists[d], lists[target])
+        by_str = oov_cap_by_strings(ev.p, lists[d], target_list)
         entry["bytes"]["mean_by_strings"] = float(by_str.mean())
         entry["bytes"]["max_abs_diff_two_ways"] = float(np.max(np.abs(
-            by_str - np.asarray(ev.p, np.float64)[:, build_map(lists[d], lists[target])
+            by_str - np.asarray(ev.p, np.float64)[:, build_map(lists[d], target_list)
                                                     .intersection].sum(1))))
         caps.append(entry)
     report = {

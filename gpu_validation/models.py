@@ -222,6 +222,50 @@ class LoadedModel:
     tokenizer: object
     spec: str
     info: dict = field(default_factory=dict)
+    #: logits kept: the first ``width`` (None: all); see :func:`share_output_width`
+    width: int | None = None
+
+    @property
+    def output_width(self) -> int:
+        """Rows of the LM head (``config.vocab_size``): the tokenizer's ids and any padding."""
+        return int(self.model.config.vocab_size)
+
+    def probs(self, logits):
+        """Softmax over the last axis of the first :attr:`width` logits, float32 on the
+        logits' device. With a width set, the mass the full softmax puts beyond it (padding
+        rows) is dropped and the rest renormalised; its largest value is kept in
+        ``info["max_mass_beyond_width"]``."""
+        import torch
+
+        logits = logits.float()
+        if self.width is None or self.width >= logits.shape[-1]:
+            return torch.softmax(logits, dim=-1)
+        kept = logits[..., :self.width]
+        beyond = -torch.expm1(torch.logsumexp(kept, -1) - torch.logsumexp(logits, -1))
+        worst = float(beyond.max()) if beyond.numel() else 0.0
+        self.info["max_mass_beyond_width"] = max(self.info.get("max_mass_beyond_width", 0.0), worst)
+        return torch.softmax(kept, dim=-1)
+
+
+def share_output_width(target: LoadedModel, drafter: LoadedModel) -> int | None:
+    """Two models of one tokenizer whose LM heads differ in width (Qwen2.5 7B has 152,064 rows,
+    0.5B 151,936, both past the hub tokenizer's 151,665 ids: padding): both are read over the
+    shared first ``min`` ids from here on (their laws renormalised there, the mass dropped
+    recorded in ``info``), so that their laws, and generation's tokens, live on one vocabulary.
+    Returns that width, or None when the heads agree; ModelError when a head is narrower than
+    the tokenizer (a token the model cannot score)."""
+    wt, wd = target.output_width, drafter.output_width
+    if wt == wd:
+        return None
+    width, n_tokens = min(wt, wd), max(len(target.tokenizer), len(drafter.tokenizer))
+    if width < n_tokens:
+        raise ModelError(f"the target's LM head has {wt:,} rows and the drafter's {wd:,}, but "
+                         f"their tokenizer has {n_tokens:,} ids: a head narrower than the "
+                         "tokenizer cannot score every token")
+    for lm in (target, drafter):
+        lm.width = width
+        lm.info["width_used"] = width
+    return width
 
 
 def load(spec: str, *, device: str = "cpu", dtype: str = "bfloat16", fetch_missing: bool = False,
@@ -320,7 +364,7 @@ def _load_transformers(spec: str, torch_dtype) -> LoadedModel:
     try:
         tok = AutoTokenizer.from_pretrained(spec_dir, **kwargs)
         model = AutoModelForCausalLM.from_pretrained(spec_dir, dtype=torch_dtype, **kwargs)
-    except OSError as exc:
+    except (OSError, ValueError) as exc:  # ValueError: a folder holding no causal LM
         raise ModelError(f"cannot load {spec!r} through transformers: {exc}") from None
     info = {"source": "gguf file" if kwargs else "transformers", "path_or_id": spec}
     if kwargs:

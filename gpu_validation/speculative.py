@@ -21,10 +21,9 @@ from rdk_theory.vocab import pruned_draft_probs
 
 
 
-def _softmax_last(logits) -> np.ndarray:
-    import torch
-
-    return torch.softmax(logits.float(), dim=-1).cpu().numpy().astype(np.float64)
+def _softmax_last(lm, logits) -> np.ndarray:
+    """``lm``'s law (:meth:`gpu_validation.models.LoadedModel.probs`) as float64 numpy."""
+    return lm.probs(logits).cpu().numpy().astype(np.float64)
 
 
 class _Cached:
@@ -62,7 +61,7 @@ def generate(target, drafter, prompt_ids, vocab_map, make_proposal, *, gamma: in
         drafts, props = [], []
         ctx = list(tokens)
         for _ in range(gamma):
-            q = _softmax_last(drf.feed(ctx)[-1])
+            q = _softmax_last(drafter, drf.feed(ctx)[-1])
             r = make_proposal(pruned_draft_probs(q, vocab_map))
             x = draw(r, rng) if r.sum() > 0 else -1
             if x < 0:
@@ -71,7 +70,7 @@ def generate(target, drafter, prompt_ids, vocab_map, make_proposal, *, gamma: in
             props.append(r)
             ctx.append(x)
         tgt.crop(len(tokens) - 1)
-        p_all = _softmax_last(tgt.feed(tokens + drafts)[-(len(drafts) + 1):])
+        p_all = _softmax_last(target, tgt.feed(tokens + drafts)[-(len(drafts) + 1):])
         calls += 1
         n_acc = 0
         for t, (x, r) in enumerate(zip(drafts, props)):

@@ -126,3 +126,34 @@ def test_save_laws_checks_the_topk_bound(tmp_path):
     assert 0 < info["alpha_abs_error_max"] <= info["bound_max"]
     back = topk.load(tmp_path / "laws_calib.npz")
     assert back["p"].shape == (40, 500) and back["next_ids"].tolist() == list(range(40))
+
+
+@pytest.mark.parametrize("manifest", [
+    {"sha256": "ab"}, [1], {"sha256": "ab", "chunks": []}, {"sha256": "ab", "chunks": [{}]},
+    {"sha256": "ab", "chunks": [{"file": "../x", "bytes": 1, "sha256": "ab"}]},
+    {"sha256": 1, "chunks": [{"file": "x", "bytes": 1, "sha256": "ab"}]},
+])
+def test_a_manifest_of_the_wrong_shape_is_an_error_line(tmp_path, capsys, manifest):
+    (tmp_path / "c").mkdir()
+    (tmp_path / "c" / "manifest.json").write_text(json.dumps(manifest))
+    assert carry.main(["join", str(tmp_path / "c"), str(tmp_path / "o.bin")]) == 2
+    assert "is not a chunk manifest" in capsys.readouterr().err
+
+
+def test_a_failed_join_leaves_a_file_already_at_out_alone(tmp_path):
+    m = _split(tmp_path)
+    (tmp_path / "c" / m["chunks"][0]["file"]).write_bytes(b"x")
+    out = tmp_path / "out.bin"
+    out.write_bytes(b"the user's own file")
+    with pytest.raises(carry.CarryError, match="corrupt"):
+        carry.join(tmp_path / "c", out)
+    assert out.read_bytes() == b"the user's own file"
+    assert not list(tmp_path.glob("*.partial"))
+
+
+@pytest.mark.parametrize("mib", ["nan", "inf", "0", "-1"])
+def test_split_refuses_a_chunk_size_that_is_not_a_positive_number(tmp_path, capsys, mib):
+    (tmp_path / "f.bin").write_bytes(b"abc")
+    assert carry.main(["split", str(tmp_path / "f.bin"), str(tmp_path / "c"), "--chunk-mib",
+                       mib]) == 2
+    assert "--chunk-mib must be a positive number" in capsys.readouterr().err

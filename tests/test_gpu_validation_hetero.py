@@ -136,3 +136,22 @@ def test_kept_sizes_set_the_end_to_end_sizes():
     assert cfg.e2e_kept == (8192, 512) and cfg.topk == 32 and cfg.target == "smollm2-135m"
     cfg = config_from_args(p.parse_args([]))
     assert cfg.target == "qwen2.5-coder-1.5b" and cfg.topk is None
+
+
+def test_bytes_map_prefers_text_tokens_to_byte_fallback_twins():
+    """Gemma lists '<0x2C>' (id 44 + 3 here) before ',': hetero's bytes map, like the core's,
+    pairs the drafter's ',' with the text token the target puts its mass on."""
+    sp = hetero.TokenList("sp", ["<s>", "<pad>", "<unk>"] + [f"<0x{b:02X}>" for b in range(256)]
+                          + ["\u2581the", ","], frozenset({0, 1, 2}))
+    bl = hetero.TokenList("bl", ["\u0120the", ","])
+    assert sp.ranks[3 + 0x2C] == 1 and sp.ranks[260] == 0 and bl.ranks == [0, 0]
+    assert hetero.build_map(bl, sp).draft_to_target.tolist() == [259, 260]
+    assert hetero.build_map(bl, sp) == rt_map(bl, sp)
+
+
+def rt_map(draft, target):
+    from rdk_theory import VocabMap
+
+    return VocabMap.from_token_strings(draft.tokens, target.tokens,
+                                       draft_special_ids=draft.special_ids,
+                                       target_special_ids=target.special_ids)

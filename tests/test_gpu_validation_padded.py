@@ -1,0 +1,116 @@
+"""Two models of one tokenizer whose LM heads are padded to different widths (as Qwen2.5 7B's
+152,064 rows against 0.5B's 151,936, past the hub tokenizer's 151,665 ids), on tiny random
+Llama models built here (no hub, a few seconds): the harness reads both over the shared ids
+instead of failing after the study, and the hetero study pads the token list with holes."""
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+transformers = pytest.importorskip("transformers")
+tokenizers = pytest.importorskip("tokenizers")
+torch = pytest.importorskip("torch")
+
+from gpu_validation import collect, hetero, models  # noqa: E402
+from gpu_validation.__main__ import main  # noqa: E402
+
+DATA = Path(__file__).resolve().parents[1] / "gpu_validation" / "data"
+
+
+@pytest.fixture(scope="module")
+def tiny(tmp_path_factory):
+    """``{"narrow": dir, "wide": dir}``: one 300-id byte-level BPE tokenizer; heads of 300 and
+    364 rows (the wide one's last 64 rows are padding, as on the hub)."""
+    from tokenizers import Tokenizer, decoders, models as tok_models, pre_tokenizers, trainers
+    from transformers import LlamaConfig, LlamaForCausalLM, PreTrainedTokenizerFast
+
+    root = tmp_path_factory.mktemp("tiny")
+    bpe = Tokenizer(tok_models.BPE())
+    bpe.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
+    bpe.decoder = decoders.ByteLevel()
+    bpe.train([str(p) for p in sorted(DATA.glob("*.txt"))],
+              trainers.BpeTrainer(vocab_size=300, special_tokens=["<s>"],
+                                  initial_alphabet=pre_tokenizers.ByteLevel.alphabet()))
+    tok = PreTrainedTokenizerFast(tokenizer_object=bpe, bos_token="<s>", eos_token="<s>")
+    out = {}
+    for name, extra, seed in (("narrow", 0, 0), ("wide", 64, 1)):
+        torch.manual_seed(seed)
+        cfg = LlamaConfig(vocab_size=len(tok) + extra, hidden_size=32, intermediate_size=64,
+                          num_hidden_layers=1, num_attention_heads=2, num_key_value_heads=1,
+                          max_position_embeddings=4096, tie_word_embeddings=False)
+        LlamaForCausalLM(cfg).save_pretrained(root / name)
+        tok.save_pretrained(root / name)
+        out[name] = str(root / name)
+    out["n_tokens"] = len(tok)
+    return out
+
+
+@pytest.mark.parametrize("target, drafter", [("narrow", "wide"), ("wide", "narrow")])
+def test_run_reads_both_heads_over_the_shared_ids(tiny, tmp_path, target, drafter):
+    out = tmp_path / "run"
+    rc = main(["run", "--target", tiny[target], "--drafter", tiny[drafter], "--kept", "200,50",
+               "--positions", "20", "--steps", "50", "--e2e-tokens", "6", "--no-timing",
+               "--dtype", "float32", "--out", str(out)])
+    assert rc == 0
+    report = json.loads((out / "report.json").read_text())
+    n = tiny["n_tokens"]
+    for role in ("target", "drafter"):
+        info = report["models"][role]
+        assert info["width_used"] == n
+    wide = report["models"]["target" if target == "wide" else "drafter"]
+    # a random head puts real mass on its 64 padding rows; it is recorded, then dropped
+    assert 0 < wide["max_mass_beyond_width"] < 1
+    assert "max_mass_beyond_width" not in report["models"]["target" if target == "narrow" else "drafter"]
+    assert all(e["new_tokens"] > 0 for e in report["speculative"])
+
+
+def test_laws_over_a_width_sum_to_one_and_equal_the_renormalised_restriction(tiny):
+    lm = models.load(tiny["wide"], dtype="float32")
+    ids = collect.tokenize(lm.tokenizer, "def f(x):\n    return x\n")
+    full = collect.next_token_probs(lm, ids)
+    lm.width = tiny["n_tokens"]
+    cut = collect.next_token_probs(lm, ids)
+    assert cut.shape == (len(ids) - 1, tiny["n_tokens"]) and full.shape[1] == tiny["n_tokens"] + 64
+    kept = full[:, :lm.width].astype(np.float64)
+    np.testing.assert_allclose(cut, kept / kept.sum(1, keepdims=True), rtol=1e-5, atol=1e-7)
+    dropped = 1 - full[:, :lm.width].astype(np.float64).sum(1)
+    assert lm.info["max_mass_beyond_width"] == pytest.approx(dropped.max(), abs=1e-5)
+
+
+def test_a_head_narrower_than_the_tokenizer_is_refused(tiny):
+    a, b = models.load(tiny["wide"], dtype="float32"), models.load(tiny["narrow"], dtype="float32")
+    b.tokenizer.add_tokens(["<extra_token>"])  # now one id more than the narrow head has rows
+    with pytest.raises(models.ModelError, match="narrower than the tokenizer"):
+        models.share_output_width(a, b)
+    assert models.share_output_width(b, b) is None
+
+
+def test_hetero_pads_the_target_token_list_to_its_head(tiny, tmp_path):
+    report = hetero.run(tiny["wide"], [tiny["narrow"]], out=tmp_path, dtype="float32",
+                        log=lambda *a: None)
+    (cap,) = report["oov_caps"]
+    # the same tokenizer: every real id is matched, the 64 padding ids are holes
+    assert cap["bytes"]["intersection"] == tiny["n_tokens"]
+    assert cap["bytes"]["max_abs_diff_two_ways"] < 1e-6
+    assert 0 < cap["bytes"]["mean"] < 1  # the head's padding rows carry the rest
+
+
+def test_a_folder_without_a_causal_lm_and_an_unwritable_out_are_error_lines(tiny, tmp_path,
+                                                                              capsys):
+    from transformers import ViTConfig
+
+    vit = tmp_path / "vit"
+    ViTConfig().save_pretrained(vit)
+    for f in Path(tiny["narrow"]).glob("tok*"):
+        (vit / f.name).write_bytes(f.read_bytes())
+    assert main(["run", "--target", str(vit), "--drafter", tiny["narrow"], "--no-timing"]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("error: cannot load") and "Traceback" not in err
+    blocker = tmp_path / "file"
+    blocker.write_text("")
+    assert main(["run", "--target", tiny["narrow"], "--drafter", tiny["narrow"], "--no-timing",
+                 "--out", str(blocker / "x"), "--positions", "5"]) == 2
+    assert capsys.readouterr().err.startswith("error: ")
