@@ -15,7 +15,10 @@ over all :math:`p, q` on a grid and rational :math:`\rho`:
 * condition fails and some :math:`x` has :math:`\rho q(x) \ge p(x) > 0` => the output law differs
   from :math:`p` (the "only if" direction; it needs this side condition, always true when
   :math:`\mathrm{supp}\, q \subseteq \mathrm{supp}\, p`; without it the condition is only sufficient);
-* the accepted mass equals :math:`1 - (1 - \beta)^k`;
+* the law of the accepted token, computed by walking every tuple of :math:`k` drafts
+  (draft :math:`x` accepted with probability :math:`\min(1, p(x) / (\rho q(x)))`, the first
+  accepted one emitted), equals the closed form
+  :func:`rdk_theory.multidraft.kseq_accept_law`, and its mass is :math:`1 - (1 - \beta)^k`;
 * float64: :math:`\rho^*` by bisection is valid and :math:`\rho^* - 10^{-6}` is not (unless
   :math:`\rho^* = 1`); :math:`(1 - 1/e)\,\mathrm{OPT} \le` acceptance :math:`\le \mathrm{OPT}` with OPT from
   ``scipy.optimize.linprog``, which also equals the min-cut closed form.
@@ -25,6 +28,7 @@ e.g. :math:`\rho = 1` with two drafts.
 """
 from __future__ import annotations
 
+import itertools
 from fractions import Fraction
 
 import numpy as np
@@ -57,8 +61,11 @@ def _body(out):
                     out.cases += 1
                     law = kseq_output_law(p, q, rho, k)
                     valid = kseq_is_valid(p, q, rho, k)
-                    if kseq_accept_law(p, q, rho, k).sum() != kseq_acceptance(p, q, rho, k):
-                        out.fail({"p": p, "q": q, "k": k, "rho": rho, "why": "accepted mass"})
+                    scan = _accept_law_by_scan(p, q, rho, k)
+                    if (list(kseq_accept_law(p, q, rho, k)) != scan
+                            or sum(scan) != kseq_acceptance(p, q, rho, k)):
+                        out.fail({"p": p, "q": q, "k": k, "rho": rho, "why": "accepted law",
+                                  "by_scan": scan})
                     if valid and list(law) != list(p):
                         out.fail({"p": p, "q": q, "k": k, "rho": rho, "output_law": law})
                     side = any(rho * qx >= px > 0 for px, qx in zip(p, q))
@@ -68,7 +75,8 @@ def _body(out):
                         out.refute({"p": p, "q": q, "k": k, "rho": rho, "beta": beta(p, q, rho),
                                     "output_law": law})
     out.methods.append(f"exhaustive exact check of validity => output law == p, invalidity (with some "
-                       f"rho q(x) >= p(x) > 0) => output law != p, and accepted mass == 1 - (1 - beta)^k, over "
+                       f"rho q(x) >= p(x) > 0) => output law != p, and the accepted token's law by "
+                       f"walking every draft tuple == the closed form, of mass 1 - (1 - beta)^k, over "
                        f"all p, q on N = {n}, grid 1/{d}, k in {GRID['ks']}, rho in "
                        f"{{{', '.join(map(str, GRID['rhos']))}}} (rho <= k)")
     worst = 1.0
@@ -92,6 +100,23 @@ def _body(out):
     out.methods.append(f"float64: rho* by bisection is the smallest valid rho (1e-6 resolution), LP optimum "
                        f"(scipy linprog) == min-cut closed form and (1 - 1/e) OPT <= acceptance(rho*) <= OPT, "
                        f"over all p, q on N = {n}, grid 1/{d}, k in {LP_GRID['ks']}")
+
+
+def _accept_law_by_scan(p, q, rho, k):
+    """The law of the token K-SEQ emits by acceptance, by walking every tuple of ``k`` i.i.d.
+    drafts from ``q``: each is accepted with probability ``min(1, p(x) / (rho q(x)))`` and the
+    first accepted one is emitted (a list of Fractions; no closed form used)."""
+    law = [Fraction(0)] * len(p)
+    support = [x for x in range(len(p)) if q[x] > 0]
+    for drafts in itertools.product(support, repeat=k):
+        reach = Fraction(1)
+        for x in drafts:
+            reach *= q[x]
+        for x in drafts:
+            take = min(Fraction(1), p[x] / (rho * q[x]))
+            law[x] += reach * take
+            reach *= 1 - take
+    return law
 
 
 def check():

@@ -34,7 +34,9 @@ def ordered_substitutions(symbols, *, nonnegative_base: bool = False, given=()):
         yield perm, subs
 
 
-def _decide(expr, relation: str) -> bool:
+def decide(expr, relation: str) -> bool:
+    """Whether sympy proves ``expr == 0`` or ``expr >= 0`` from its symbols' assumptions alone;
+    undecided counts as False."""
     e = sp.simplify(sp.expand(expr))
     if relation == "==":
         return e == 0
@@ -51,6 +53,6 @@ def holds_for_all_orderings(expr, symbols, relation: str = "==", *, nonnegative_
     Returns ``(ok, failing_ordering)``; ``failing_ordering`` is None when ``ok``.
     """
     for perm, subs in ordered_substitutions(symbols, nonnegative_base=nonnegative_base, given=given):
-        if not _decide(expr.subs(subs, simultaneous=True), relation):
+        if not decide(expr.subs(subs, simultaneous=True), relation):
             return False, perm
     return True, None

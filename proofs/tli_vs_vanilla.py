@@ -4,7 +4,7 @@ With :math:`q(I) \in (0, 1]` the TLI proposal is :math:`q'(x) = q(x) / q(I) \ge 
 (and both are 0 off :math:`I`); :math:`\min(p, \cdot)` is non-decreasing, so the inequality holds
 termwise. When :math:`q(I) = 0` both acceptances are 0 (**[definition]** of MATH.md section 3).
 
-Proof (symbolic): sympy shows :math:`q/s - q = q (1 - s)/s \ge 0` for :math:`0 < s \le 1`, and
+Proof (symbolic): sympy shows :math:`q/s - q \ge 0` for every :math:`s = 1/(1 + u) \in (0, 1]` (it is :math:`q u`), and
 :math:`\min(p, b) - \min(p, a) \ge 0` for :math:`b = a + e`, :math:`e \ge 0`, in both cases of min.
 
 Cross-check: core proposals on every drafter map with :math:`N_T, N_D \le 3` (``-1`` entries,
@@ -22,7 +22,7 @@ from rdk_theory.vocab import VocabMap
 
 from .exhaustive import distributions, vocab_maps
 from .result import run_check
-from .symbolic import holds_for_all_orderings
+from .symbolic import decide, holds_for_all_orderings
 
 ID = "O1"
 TITLE = "TLI accepts at least as often as vanilla, termwise"
@@ -31,8 +31,9 @@ GRID = dict(n_target=3, n_draft=3, d=3)
 
 
 def _symbolic() -> bool:
-    q, s = sp.symbols("q s", positive=True)
-    ok_scale = sp.simplify((q / s - q) - q * (1 - s) / s) == 0  # >= 0 since 0 < s <= 1
+    q, u = sp.symbols("q u", nonnegative=True)
+    s = 1 / (1 + u)  # every s in (0, 1], as u runs over [0, inf)
+    ok_scale = decide(q / s - q, ">=")  # = q u
     p, a, b = sp.symbols("p a b", real=True)
     ok_mono, _ = holds_for_all_orderings(sp.Min(p, b) - sp.Min(p, a), [p, a, b], ">=", given=[(a, b)])
     return bool(ok_scale and ok_mono)
@@ -41,7 +42,8 @@ def _symbolic() -> bool:
 def _body(out):
     if not _symbolic():
         out.fail("sympy could not establish q/s >= q and the monotonicity of min(p, .)")
-    out.methods.append("sympy: q/s - q = q(1-s)/s >= 0 for 0 < s <= 1, and min(p, b) >= min(p, a) for a <= b in every ordering of p, a, b")
+    out.methods.append("sympy: q/s - q >= 0 for every s = 1/(1+u) in (0, 1] (it is q u), and "
+                       "min(p, b) >= min(p, a) for a <= b in every ordering of p, a, b")
     nt, nd, d = GRID["n_target"], GRID["n_draft"], GRID["d"]
     ps = list(distributions(nt, d))
     qs = list(distributions(nd, d))
@@ -49,6 +51,9 @@ def _body(out):
         vm = VocabMap(nt, m)
         for q in qs:
             van, tli = vanilla_proposal(q, vm), tli_proposal(q, vm)
+            want = _vanilla_by_definition(q, m, nt)
+            if list(van) != list(want):  # the core's scatter, against the definition
+                out.fail({"q": q, "draft_to_target": m, "vanilla": van, "by_definition": want})
             for p in ps:
                 out.cases += 1
                 a_v, a_t = acceptance_rate(p, van), acceptance_rate(p, tli)
@@ -56,8 +61,19 @@ def _body(out):
                     out.fail({"p": p, "q": q, "draft_to_target": m, "alpha_tli": a_t, "alpha_vanilla": a_v})
                 if a_v < a_t:
                     out.refute({"p": p, "q": q, "draft_to_target": m, "alpha_vanilla": a_v, "alpha_tli": a_t})
-    out.methods.append(f"exhaustive exact check of the core proposals over every drafter map with "
+    out.methods.append(f"exhaustive exact check of the core proposals (vanilla also against its "
+                       f"definition, token by token) over every drafter map with "
                        f"N_T = N_D = {nt} and every p, q on the 1/{d} grid")
+
+
+def _vanilla_by_definition(q, draft_to_target, n_target):
+    """``r(x) = q(j)`` for the drafter token ``j`` with target id ``x``, 0 elsewhere, written
+    out token by token (no scatter plan, no identity shortcut)."""
+    r = [0] * n_target
+    for j, x in enumerate(draft_to_target):
+        if x >= 0:
+            r[x] = q[j]
+    return r
 
 
 def check():

@@ -154,3 +154,52 @@ def test_tv_upper_bound_normalises_a_sub_stochastic_proposal():
     """r = (1/2, 0) normalises to (1, 0): 1 - TV(p, (1, 0)) = 1/2. Without the normalisation
     the value would be 1 - TV(p, r) = 3/4, still an upper bound on alpha = 1/2 but not this one."""
     assert list(tv_upper_bound(np.array([[0.5, 0.5]]), np.array([[0.5, 0.0]]))) == [0.5]
+
+
+def _best_by_brute_force(p, qp, w):
+    """max over lam in {0, 1, every breakpoint} of mean_c sum_x min(p, q' + lam d): A is
+    concave and piecewise linear, so this is its maximum (no sweep, no window)."""
+    d = qp.sum(-1, keepdims=True) * w - qp
+    with np.errstate(divide="ignore", invalid="ignore"):
+        kinks = (p - qp) / d
+    cand = np.concatenate([[0.0, 1.0], kinks[np.isfinite(kinks) & (kinks > 0) & (kinks < 1)]])
+    return max(np.minimum(p, qp + lam * d).sum(-1).mean() for lam in cand)
+
+
+def test_best_mixing_lambda_is_the_maximum_over_every_breakpoint_at_realistic_sizes():
+    """40 seeded cases with up to 30 contexts and 40 tokens (hundreds of breakpoints, where the
+    slope sweep, not the +-2-point window around its answer, has to find the maximum): the
+    returned value equals the brute-force maximum and A(lam) at the returned lam."""
+    rng = np.random.default_rng(7)
+    for _ in range(40):
+        c, n = int(rng.integers(5, 31)), int(rng.integers(10, 41))
+        p = rng.dirichlet(np.full(n, 0.5), size=c)
+        kept = rng.choice(n, size=n // 2, replace=False)
+        qp = tli_proposal(rng.dirichlet(np.full(kept.size, 0.5), size=c),
+                          VocabMap.from_kept_ids(kept, n))
+        w = rng.dirichlet(np.ones(n))
+        lam, best = best_mixing_lambda(p, qp, w)
+        d = qp.sum(-1, keepdims=True) * w - qp
+        assert_close(best, _best_by_brute_force(p, qp, w))
+        assert_close(best, np.minimum(p, qp + lam * d).sum(-1).mean())
+
+
+def test_best_mixing_lambda_with_ties_between_p_and_the_proposal():
+    """300 seeded small cases on a coarse grid, where q'(x) = p(x) on many tokens (a breakpoint
+    at lam = 0, whose slope the sweep must count once, on the side where it applies): the
+    returned value equals the brute-force maximum."""
+    rng = np.random.default_rng(1)
+
+    def grid_laws(size, n):
+        w = rng.integers(0, 4, size=(size, n)).astype(float)
+        w[:, 0] += 1
+        return w / w.sum(-1, keepdims=True)
+
+    for _ in range(300):
+        c, n = int(rng.integers(1, 8)), int(rng.integers(2, 12))
+        p = grid_laws(c, n)
+        qp = np.where(rng.random((c, n)) < 0.5, p, grid_laws(c, n))
+        qp /= qp.sum(-1, keepdims=True)
+        w = grid_laws(1, n)[0]
+        _, best = best_mixing_lambda(p, qp, w)
+        assert_close(best, _best_by_brute_force(p, qp, w))

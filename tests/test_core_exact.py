@@ -95,3 +95,21 @@ def test_batched_leading_axes_match_rowwise():
                 assert_close(batched[k][i, j], single[k])
                 assert_close(rt.acceptance_rate(p, batched[k])[i, j],
                              rt.acceptance_rate(p[i, j], single[k]))
+
+
+@pytest.mark.parametrize("draft_to_target", [[2, 0, 1], [1, 0, 2], [0, 2, 1]])
+def test_a_permuted_map_scatters_each_drafter_token_to_its_own_target_id(draft_to_target):
+    """A pruned map that keeps every target id in another order is not the identity: drafter
+    token j's mass lands on target id draft_to_target[j] (numpy, exact and torch alike)."""
+    import torch
+
+    vm = rt.VocabMap(3, draft_to_target)
+    q = fr(F(1, 2), F(1, 3), F(1, 6))
+    want = np.zeros(3, dtype=object)
+    for j, x in enumerate(draft_to_target):
+        want[x] = q[j]
+    assert list(rt.vanilla_proposal(q, vm)) == list(want) == list(rt.tli_proposal(q, vm))
+    got = rt.vanilla_proposal(q.astype(float), vm)
+    assert got.tolist() == want.astype(float).tolist()
+    got_t = rt.vanilla_proposal(torch.tensor(q.astype(float)), vm)
+    assert got_t.tolist() == want.astype(float).tolist()

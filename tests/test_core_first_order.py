@@ -84,3 +84,29 @@ def test_theorem_e_bound_and_second_order_shrinkage_in_tau():
     # second order in max|B| ~ 1/tau: doubling tau divides the error by about 4
     ratios = tvs[2:-1] / tvs[3:]
     assert np.all((ratios > 3.0) & (ratios < 5.0)), ratios
+
+
+def test_a_truncated_rank_keeps_the_top_directions_of_omega():
+    """rank = r is the first-order kernel of the best rank-r approximation of Omega: C^T C equals
+    Omega's top r eigenpairs (computed independently, by eigh of the N x N Omega), and the
+    Frobenius error falls as r grows."""
+    cal, _, _, _ = _setup(seed=3, n=25, s=30)
+    cal = cal / cal.sum(1, keepdims=True)
+    centred = cal - cal.mean(0)
+    omega = centred.T @ centred / cal.shape[0]
+    evals, evecs = np.linalg.eigh(omega)  # ascending
+    errors = []
+    for r in (1, 2, 4, 8):
+        k = rt.FirstOrderCovarianceKernel(cal, tau=0.1, rank=r, engine="numpy")
+        top = evecs[:, -r:] * evals[-r:] @ evecs[:, -r:].T
+        assert_close(k.factor.T @ k.factor, top)
+        errors.append(np.linalg.norm(omega - top))
+    assert errors == sorted(errors, reverse=True) and errors[-1] < errors[0]
+
+
+def test_max_offdiag_affinity_is_the_largest_off_diagonal_omega_over_tau():
+    """By hand: rows (1, 0, 0), (0, 1/2, 1/2), (1/2, 0, 1/2) have mu = (1/2, 1/6, 1/3) and
+    Omega = [[1/6, -1/12, -1/12], [-1/12, 1/18, 1/36], [-1/12, 1/36, 1/18]]: the largest
+    |off-diagonal| entry is 1/12, below the diagonal's 1/6 (which must not count)."""
+    cal = np.array([[1.0, 0.0, 0.0], [0.0, 0.5, 0.5], [0.5, 0.0, 0.5]])
+    assert_close(rt.FirstOrderCovarianceKernel(cal, tau=2.0).max_offdiag_affinity(), 1 / 24)

@@ -146,3 +146,30 @@ def test_half_precision_softmax_rows_pass_within_their_rounding():
             as_prob_array(rows * 1.05, "p")
     with pytest.raises(rt.InputError, match=r"tolerance 0\.0001"):
         as_prob_array(torch.softmax(logits, -1).double() * (1 + 2e-4), "p")
+
+
+def test_rejected_steps_draw_from_the_residual_even_when_it_is_tiny():
+    """p = (0.5, 0.3, 0.2), r = (0.5005, 0.3, 0.1995): the residual max(p - r, 0) is 5e-4 on
+    token 2 alone, so every rejected step must emit token 2 (a certainty, not a statistic).
+    n = 400,000 steps give about 200 rejections; a step that fell back to p for a small
+    residual would emit tokens 0 and 1 on most of them. numpy and torch."""
+    p = np.array([0.5, 0.3, 0.2])
+    r = np.array([0.5005, 0.3, 0.1995])
+    for pp, rr, rng in ((p, r, np.random.default_rng(5)),
+                        (torch.tensor(p), torch.tensor(r), torch.Generator().manual_seed(5))):
+        tokens, accepted = rt.sample_steps(pp, rr, 400_000, rng)
+        tokens, accepted = np.asarray(tokens), np.asarray(accepted)
+        assert (~accepted).sum() > 50  # the case does reject
+        assert set(tokens[~accepted].tolist()) == {2}
+
+
+def test_a_proposal_summing_just_above_one_is_rescaled_before_the_ratio():
+    """r = p (1 + 5e-5) passes validation (tolerance 1e-4) and is rescaled to p itself: then
+    every draft is accepted (p / r = 1). Used unrescaled, the ratio p / r = 1 / (1 + 5e-5)
+    would reject about 10 of these n = 200,000 steps. numpy and torch."""
+    p = np.array([0.5, 0.25, 0.125, 0.125])
+    r = p * (1 + 5e-5)
+    for pp, rr, rng in ((p, r, np.random.default_rng(6)),
+                        (torch.tensor(p), torch.tensor(r), torch.Generator().manual_seed(6))):
+        _, accepted = rt.sample_steps(pp, rr, 200_000, rng)
+        assert bool(np.asarray(accepted).all())

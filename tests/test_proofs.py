@@ -213,3 +213,23 @@ def test_remaining_negative_counterexamples_really_refute_their_perturbed_statem
     assert any(a > b for a, b in zip(accepted, p))
     law = [Fraction(v) for v in c["output_law"]]
     assert law != list(p) and all(lw >= a for lw, a in zip(law, accepted))
+
+
+def test_the_symbolic_checker_refutes_false_goals():
+    """The sympy half of `prove` can fail: false min/max claims, a false sign claim and a
+    false identity are not proved (an undecided case counts as a failure, never a success)."""
+    import sympy as sp
+
+    from proofs.symbolic import decide, holds_for_all_orderings
+
+    p, a, b = sp.symbols("p a b", real=True)
+    # min(p, .) is non-decreasing, not non-increasing
+    ok, where = holds_for_all_orderings(sp.Min(p, a) - sp.Min(p, b), [p, a, b], ">=", given=[(a, b)])
+    assert not ok and where is not None
+    assert not holds_for_all_orderings(sp.Max(a, b) - a, [a, b], "==")[0]
+    assert holds_for_all_orderings(sp.Max(a, b) + sp.Min(a, b) - a - b, [a, b], "==")[0]
+    q, u = sp.symbols("q u", nonnegative=True)
+    assert decide(q * u, ">=") and not decide(-q * u - 1, ">=") and not decide(q - u, ">=")
+    assert not decide(q - u, "==") and decide((q + u) ** 2 - q**2 - 2 * q * u - u**2, "==")
+    x = sp.Symbol("x", real=True)
+    assert not decide(x, ">=")  # undecided (x may be negative): not proved
