@@ -22,7 +22,8 @@ import numpy as np
 
 from . import _backend as B
 from .tokens import canonical_tokens, detect_space_marker, match_ranks
-from .validation import InputError, as_count, as_draft_to_target, as_prob_array, as_real_array, host
+from .validation import (InputError, as_count, as_draft_to_target, as_real_array, check_nonnegative,
+                         host)
 
 @dataclass(frozen=True, eq=False)
 class VocabMap:
@@ -237,12 +238,21 @@ def pruned_draft_probs(draft_probs_full, vocab_map: VocabMap):
 
     A drafter whose LM head is cut to the kept ids has the softmax of the kept logits, which is
     exactly this renormalised restriction; so one pass of the full drafter serves every K.
-    ``vocab_map`` is a pruned map (:meth:`VocabMap.from_kept_ids`).
+    ``vocab_map`` is a pruned map (:meth:`VocabMap.from_kept_ids`). The rows need not sum to 1
+    exactly (they are renormalised here; a float32 softmax over 152K ids misses 1 by 1e-4),
+    but must be finite and non-negative: logits are refused by their negative entries.
     """
     if not vocab_map.is_pruned:
         raise InputError("pruned_draft_probs needs a pruned map (every drafter id in the target)")
     is_torch = B.is_torch(draft_probs_full)
-    full = as_prob_array(draft_probs_full, "draft_probs_full")  # a tensor stays on its device
+    if is_torch:  # checked on its device
+        full = draft_probs_full
+        if not bool((full.isfinite() & (full >= 0)).all()):
+            raise InputError("draft_probs_full must be finite and non-negative (probabilities, "
+                             "not logits)")
+    else:
+        full = as_real_array(draft_probs_full, "draft_probs_full")
+        check_nonnegative(full, "draft_probs_full")
     top = int(vocab_map.draft_to_target.max())
     if full.ndim == 0 or full.shape[-1] <= top:  # checked here: on CUDA a bad index is fatal
         raise InputError(f"draft_probs_full has shape {tuple(full.shape)}, but the map keeps "
