@@ -135,12 +135,15 @@ def assemble(parts: list[Path], dest: Path, expected_sha256: str) -> Path:
 
 
 def verify(path: Path, expected_sha256: str) -> None:
-    """Raise :class:`HashMismatchError` (and remove ``path``) unless its hash matches."""
+    """Raise :class:`HashMismatchError` unless ``path``'s hash matches. The file is not deleted
+    (it may be a user's own, under ``$RDK_THEORY_CACHE``): it is renamed to
+    ``NAME.sha256-mismatch``, which frees its name for a fresh fetch and loses nothing."""
     got = sha256_file(path)
     if got != expected_sha256:
-        path.unlink()
+        aside = path.with_name(path.name + ".sha256-mismatch")
+        os.replace(path, aside)
         raise HashMismatchError(f"SHA-256 of {path.name} is {got}, expected {expected_sha256}: "
-                                "file removed, nothing loaded")
+                                f"nothing loaded; the file was moved to {aside}")
 
 
 def gguf_path(model: BuiltinModel) -> Path:

@@ -52,12 +52,19 @@ def test_wrong_hash_is_an_error_and_leaves_no_file(tmp_path):
     assert not list(tmp_path.glob("*.partial"))
 
 
-def test_verify_removes_a_corrupted_cached_file(tmp_path):
+def test_verify_moves_a_mismatching_file_aside_without_deleting_it(tmp_path):
+    """The name is freed for a fresh fetch, and the bytes (maybe a user's own file under
+    $RDK_THEORY_CACHE) are kept."""
     f = tmp_path / "m.gguf"
     f.write_bytes(b"tampered")
-    with pytest.raises(models.HashMismatchError):
+    with pytest.raises(models.HashMismatchError, match="moved to .*m.gguf.sha256-mismatch"):
         models.verify(f, hashlib.sha256(b"original").hexdigest())
     assert not f.exists()
+    assert (tmp_path / "m.gguf.sha256-mismatch").read_bytes() == b"tampered"
+    g = tmp_path / "ok.gguf"
+    g.write_bytes(b"original")
+    models.verify(g, hashlib.sha256(b"original").hexdigest())
+    assert g.read_bytes() == b"original"
 
 
 def test_cache_dir_honours_the_environment(tmp_path, monkeypatch):
