@@ -72,7 +72,8 @@ def join(chunk_dir, out_path, expected_sha256: str | None = None) -> Path:
 
     ``expected_sha256`` (optional) must also equal the manifest's whole-file hash, so a
     manifest carried together with the wrong chunks cannot vouch for them. The bytes go to
-    ``out_path.partial`` first: on any error nothing is left at ``out_path``.
+    ``out_path.partial`` first: on any error that file is removed and ``out_path`` is left as
+    it was (absent, or a file that was already there).
     """
     chunk_dir, out_path = Path(chunk_dir), Path(out_path)
     try:

@@ -140,7 +140,9 @@ def verify(path: Path, expected_sha256: str) -> None:
     ``NAME.sha256-mismatch``, which frees its name for a fresh fetch and loses nothing."""
     got = sha256_file(path)
     if got != expected_sha256:
-        aside = path.with_name(path.name + ".sha256-mismatch")
+        aside, i = path.with_name(path.name + ".sha256-mismatch"), 1
+        while aside.exists():  # an earlier mismatching file stays too
+            aside, i = path.with_name(f"{path.name}.sha256-mismatch.{i}"), i + 1
         os.replace(path, aside)
         raise HashMismatchError(f"SHA-256 of {path.name} is {got}, expected {expected_sha256}: "
                                 f"nothing loaded; the file was moved to {aside}")

@@ -117,7 +117,7 @@ def kseq_best_rho(target_probs, draft_probs, k: int, *, tol: float = 1e-12) -> f
     """
     p, q = _pq(target_probs, draft_probs)
     p, q = p.astype(np.float64), q.astype(np.float64)
-    k = int(k)
+    k = as_count(k, "k (number of drafts)", 1)
     _check_k_rho(k, 1.0)
     if kseq_is_valid(p, q, 1.0, k):
         return 1.0
@@ -147,7 +147,7 @@ def optimal_acceptance_lp(target_probs, draft_probs, k: int) -> float:
     p, q = p.astype(np.float64), q.astype(np.float64)
     if abs(q.sum() - 1) > 1e-9:
         raise InputError("optimal_acceptance_lp needs a normalised draft law q")
-    k = int(k)
+    k = as_count(k, "k (number of drafts)", 1)
     _check_k_rho(k, 1.0)
     sq = [int(i) for i in np.flatnonzero(q > 0)]
     if len(sq) ** k > 100_000:
@@ -183,7 +183,7 @@ def optimal_acceptance_cut(target_probs, draft_probs, k: int):
     n = p.size
     if n > 20:
         raise InputError(f"optimal_acceptance_cut enumerates 2^N subsets; N = {n} is too large")
-    k = int(k)
+    k = as_count(k, "k (number of drafts)", 1)
     q0 = 1 - q.sum()  # exact for Fractions
     best = None
     for mask in range(1 << n):

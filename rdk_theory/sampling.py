@@ -12,11 +12,14 @@ from __future__ import annotations
 import numpy as np
 
 from . import _backend as B
-from .validation import InputError, as_count, as_prob_array, host, same_backend
+from .validation import NEG_ATOL, InputError, as_count, as_prob_array, host, same_backend
 
 
 class InverseCdf:
     """Inverse-CDF draws from non-negative ``weights`` (normalised on the fly), precomputed once.
+
+    Negative weights beyond round-off (``-NEG_ATOL``) and non-finite ones raise InputError; all
+    zeros are allowed (``last`` is then -1: nothing can be drawn).
 
     ``self(u)`` maps uniforms ``u`` in [0, 1) to indices ``i`` with
     ``cdf[i-1] <= u * total < cdf[i]``; an index of zero weight is never returned (rounding at
@@ -28,6 +31,10 @@ class InverseCdf:
         w = np.asarray(B.to_numpy(weights), dtype=np.float64)
         if w.ndim != 1 or w.size == 0:
             raise InputError(f"weights must be a non-empty 1-D vector, got shape {w.shape}")
+        if w.min() < 0:  # NaN compares False here, and is caught by the total below
+            if w.min() < -NEG_ATOL:
+                raise InputError(f"weights must be non-negative, got {w.min():.3g}")
+            w = np.maximum(w, 0.0)  # round-off negatives are 0 (a copy)
         self.cdf = np.cumsum(w)  # sequential: a zero weight repeats the previous sum exactly
         self.total = float(self.cdf[-1])
         if not np.isfinite(self.total):  # NaN and inf weights end up here
@@ -166,10 +173,9 @@ def draw(weights, rng) -> int:
     ``weights``: a 1-D vector of finite non-negative numbers with a positive sum (numpy, or a
     tensor on any device); ``rng``: a ``numpy.random.Generator``."""
     w = np.asarray(host(weights, "weights"), dtype=np.float64)
-    sampler = InverseCdf(w)  # checks the shape and finiteness
-    if not sampler.total > 0 or w.min() < 0:
-        raise InputError(f"weights must be non-negative with a positive sum, got min "
-                         f"{w.min():.3g} and sum {sampler.total:.3g}")
+    sampler = InverseCdf(w)  # checks the shape, finiteness and sign
+    if not sampler.total > 0:
+        raise InputError(f"weights must have a positive sum, got {sampler.total:.3g}")
     _check_numpy_rng(rng)
     return int(sampler(rng.random(1))[0])
 

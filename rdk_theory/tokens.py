@@ -93,6 +93,6 @@ def canonical_tokens(tokens: Sequence[str], special_ids: Iterable[int] = (),
     prefixed with :data:`SPECIAL_PREFIX`. ``family`` is detected when not given."""
     family = family or token_family(tokens)
     special = set(special_ids)
-    return [SPECIAL_PREFIX + t if i in special
+    return [SPECIAL_PREFIX + t if i in special and t  # an empty string stays a hole
             else token_bytes(t, family).decode("utf-8", "surrogateescape")
             for i, t in enumerate(tokens)]

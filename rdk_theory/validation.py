@@ -22,8 +22,9 @@ from fractions import Fraction
 
 import numpy as np
 
-#: Tolerance on ``|sum(p) - 1|`` for float inputs (float32 softmax outputs of real models
-#: routinely miss by ~1e-6 at N = 152K; 1e-4 still rejects a visibly wrong distribution).
+#: Tolerance on ``|sum(p) - 1|`` for float inputs (a float32 softmax row over 152K ids misses 1
+#: by up to ~1e-4 on the real models here: renormalise such rows in float64 first; 1e-4 still
+#: rejects a visibly wrong distribution).
 PROB_ATOL = 1e-4
 #: Tolerance on negative probabilities: ``-1e-12`` from a subtraction is round-off, not a
 #: wrong distribution; such entries are read as 0.
@@ -128,14 +129,17 @@ def same_backend(a, b, names=("a", "b")):
 
 
 def as_count(value, name: str, lo: int = 0) -> int:
-    """``value`` as a Python ``int >= lo``: an int, a numpy integer or a whole-number float
-    (``1e5``); anything else (``2.5``, NaN, a string, a bool) raises InputError."""
+    """``value`` as a Python ``int >= lo``: an int, a numpy integer, a whole-number float or
+    Fraction (``1e5``, ``Fraction(2)``), or a 0-d array/tensor of one; anything else (``2.5``,
+    NaN, a string, a bool) raises InputError."""
     out = None
+    if (isinstance(value, np.ndarray) or _is_torch(value)) and value.ndim == 0:
+        value = value.item()  # a 0-d array or tensor: its number
     if not isinstance(value, (bool, np.bool_)):
         try:
             out = operator.index(value)
-        except TypeError:
-            if isinstance(value, (float, np.floating)) and float(value).is_integer():
+        except TypeError:  # a whole float or Fraction (1e5, Fraction(2)) is its integer
+            if isinstance(value, numbers.Real) and float(value).is_integer():
                 out = int(value)
     if out is None or out < lo:
         raise InputError(f"{name} must be an integer >= {lo}, got {value!r}")
@@ -224,8 +228,9 @@ def _check_torch_probs(x, name, allow_sub_stochastic, atol):
         raise InputError(f"{name} must have a non-empty last axis, got shape {tuple(x.shape)}")
     if not torch.isfinite(x).all():
         raise InputError(f"{name} has a non-finite value")
-    if x.dtype in (torch.float16, torch.bfloat16):  # a half-precision softmax misses 1 by
-        atol = max(atol, torch.finfo(x.dtype).eps)  # up to its rounding (<= eps / 2 in all)
+    if x.dtype in (torch.float16, torch.bfloat16):  # a half-precision softmax misses 1 by its
+        atol = max(atol, torch.finfo(x.dtype).eps)  # rounding (bf16: <= eps / 2 in all; fp16
+        # also flushes entries below 6e-8 to 0, which over a long tail can miss by more: upcast)
     if (x < 0).any():
         if (x < -NEG_ATOL).any():
             raise InputError(f"{name} has a negative probability (min {x.min().item():.3g}, "

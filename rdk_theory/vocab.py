@@ -22,7 +22,7 @@ import numpy as np
 
 from . import _backend as B
 from .tokens import canonical_tokens, detect_space_marker, match_ranks
-from .validation import (InputError, as_count, as_draft_to_target, as_real_array, check_nonnegative,
+from .validation import (NEG_ATOL, InputError, as_count, as_draft_to_target, as_real_array,
                          host)
 
 @dataclass(frozen=True, eq=False)
@@ -247,12 +247,16 @@ def pruned_draft_probs(draft_probs_full, vocab_map: VocabMap):
     is_torch = B.is_torch(draft_probs_full)
     if is_torch:  # checked on its device
         full = draft_probs_full
-        if not bool((full.isfinite() & (full >= 0)).all()):
+        if not bool((full.isfinite() & (full >= -NEG_ATOL)).all()):
             raise InputError("draft_probs_full must be finite and non-negative (probabilities, "
                              "not logits)")
+        full = full.clamp_min(0)  # round-off negatives are 0 (a copy)
     else:
         full = as_real_array(draft_probs_full, "draft_probs_full")
-        check_nonnegative(full, "draft_probs_full")
+        if not np.all(np.isfinite(full)) or np.any(full < -NEG_ATOL):
+            raise InputError("draft_probs_full must be finite and non-negative (probabilities, "
+                             "not logits)")
+        full = np.maximum(full, 0.0)  # round-off negatives are 0 (a copy)
     top = int(vocab_map.draft_to_target.max())
     if full.ndim == 0 or full.shape[-1] <= top:  # checked here: on CUDA a bad index is fatal
         raise InputError(f"draft_probs_full has shape {tuple(full.shape)}, but the map keeps "

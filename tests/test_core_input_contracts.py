@@ -177,3 +177,29 @@ def test_a_proposal_summing_just_above_one_is_rescaled_before_the_ratio():
                         (torch.tensor(p), torch.tensor(r), torch.Generator().manual_seed(6))):
         _, accepted = rt.sample_steps(pp, rr, 200_000, rng)
         assert bool(np.asarray(accepted).all())
+
+
+def test_round_off_negatives_are_zero_and_counts_take_exact_and_0d_numbers():
+    """Entries in [-1e-12, 0) are round-off everywhere (as in acceptance_rate); k and n accept a
+    whole Fraction and 0-d arrays/tensors; multidraft refuses k = 2.5 instead of using 2."""
+    assert rt.draw([0.5, 0.5, -1e-17], np.random.default_rng(0)) in (0, 1)
+    with pytest.raises(rt.InputError, match="non-negative"):
+        rt.InverseCdf([0.5, -0.1, 0.6])
+    vm = rt.VocabMap.from_kept_ids([0, 2], 4)
+    for full in ([0.5, 0.2, 0.3 - 1e-17, -1e-17], torch.tensor([0.5, 0.2, 0.3, -1e-17],
+                                                                   dtype=torch.float64)):
+        assert np.asarray(rt.pruned_draft_probs(full, vm)).tolist() == pytest.approx([5 / 8, 3 / 8])
+    assert [as_count(v, "k", 1) for v in (Fraction(2), np.array(3), np.array(3.0),
+                                          torch.tensor(4))] == [2, 3, 3, 4]
+    from rdk_theory import multidraft as md
+
+    p, q = np.array([0.5, 0.3, 0.2]), np.array([0.2, 0.3, 0.5])
+    for fn in (md.kseq_best_rho, md.optimal_acceptance_lp, md.optimal_acceptance_cut):
+        with pytest.raises(rt.InputError, match="k \\(number of drafts\\) must be an integer"):
+            fn(p, q, 2.5)
+
+
+def test_a_special_hole_matches_nothing():
+    vm = rt.VocabMap.from_token_strings(["a", ""], ["", "a"], draft_special_ids=[1],
+                                        target_special_ids=[0])
+    assert vm.draft_to_target.tolist() == [1, -1]

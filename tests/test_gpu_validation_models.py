@@ -61,6 +61,11 @@ def test_verify_moves_a_mismatching_file_aside_without_deleting_it(tmp_path):
         models.verify(f, hashlib.sha256(b"original").hexdigest())
     assert not f.exists()
     assert (tmp_path / "m.gguf.sha256-mismatch").read_bytes() == b"tampered"
+    f.write_bytes(b"tampered again")  # a second mismatch does not overwrite the first
+    with pytest.raises(models.HashMismatchError, match="m.gguf.sha256-mismatch.1"):
+        models.verify(f, hashlib.sha256(b"original").hexdigest())
+    assert (tmp_path / "m.gguf.sha256-mismatch").read_bytes() == b"tampered"
+    assert (tmp_path / "m.gguf.sha256-mismatch.1").read_bytes() == b"tampered again"
     g = tmp_path / "ok.gguf"
     g.write_bytes(b"original")
     models.verify(g, hashlib.sha256(b"original").hexdigest())
