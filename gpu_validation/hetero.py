@@ -183,15 +183,14 @@ def run(target: str = DEFAULT_TARGET, drafters=DEFAULT_DRAFT_VOCABS, *, out=None
         if d == target:
             continue
         entry = {"drafter_vocab": d, "target": target}
-        for norm in ("bytes", "marker"):
-            vm = build_map(lists[d], target_list, norm)
+        maps = {norm: build_map(lists[d], target_list, norm) for norm in ("bytes", "marker")}
+        for norm, vm in maps.items():
             entry[norm] = oov_caps(ev.p, ev.next_ids, ev.source, ev.texts, vm)
             entry[norm]["intersection"] = int((vm.draft_to_target >= 0).sum())
         by_str = oov_cap_by_strings(ev.p, lists[d], target_list)
         entry["bytes"]["mean_by_strings"] = float(by_str.mean())
         entry["bytes"]["max_abs_diff_two_ways"] = float(np.max(np.abs(
-            by_str - np.asarray(ev.p, np.float64)[:, build_map(lists[d], target_list)
-                                                    .intersection].sum(1))))
+            by_str - np.asarray(ev.p, np.float64)[:, maps["bytes"].intersection].sum(1))))
         caps.append(entry)
     report = {
         "kind": "rdk-theory gpu_validation heterogeneous tokenizers",

@@ -40,8 +40,13 @@ def _pq(target_probs, draft_probs):
     return p, q
 
 
+def _drafts(k) -> int:
+    """``k``, the number of drafts, as an int >= 1 (InputError otherwise)."""
+    return as_count(k, "k (number of drafts)", 1)
+
+
 def _check_k_rho(k, rho):
-    as_count(k, "k (number of drafts)", 1)
+    _drafts(k)
     if not rho >= 1:
         raise InputError(f"rho must be >= 1, got {rho}")
 
@@ -117,8 +122,7 @@ def kseq_best_rho(target_probs, draft_probs, k: int, *, tol: float = 1e-12) -> f
     """
     p, q = _pq(target_probs, draft_probs)
     p, q = p.astype(np.float64), q.astype(np.float64)
-    k = as_count(k, "k (number of drafts)", 1)
-    _check_k_rho(k, 1.0)
+    k = _drafts(k)
     if kseq_is_valid(p, q, 1.0, k):
         return 1.0
     lo, hi = 1.0, float(k)
@@ -147,8 +151,7 @@ def optimal_acceptance_lp(target_probs, draft_probs, k: int) -> float:
     p, q = p.astype(np.float64), q.astype(np.float64)
     if abs(q.sum() - 1) > 1e-9:
         raise InputError("optimal_acceptance_lp needs a normalised draft law q")
-    k = as_count(k, "k (number of drafts)", 1)
-    _check_k_rho(k, 1.0)
+    k = _drafts(k)
     sq = [int(i) for i in np.flatnonzero(q > 0)]
     if len(sq) ** k > 100_000:
         raise InputError(f"LP too large: {len(sq)}^{k} draft tuples")
@@ -183,7 +186,7 @@ def optimal_acceptance_cut(target_probs, draft_probs, k: int):
     n = p.size
     if n > 20:
         raise InputError(f"optimal_acceptance_cut enumerates 2^N subsets; N = {n} is too large")
-    k = as_count(k, "k (number of drafts)", 1)
+    k = _drafts(k)
     q0 = 1 - q.sum()  # exact for Fractions
     best = None
     for mask in range(1 << n):

@@ -31,9 +31,10 @@ class InverseCdf:
         w = np.asarray(B.to_numpy(weights), dtype=np.float64)
         if w.ndim != 1 or w.size == 0:
             raise InputError(f"weights must be a non-empty 1-D vector, got shape {w.shape}")
-        if w.min() < 0:  # NaN compares False here, and is caught by the total below
-            if w.min() < -NEG_ATOL:
-                raise InputError(f"weights must be non-negative, got {w.min():.3g}")
+        low = w.min()
+        if low < 0:  # NaN compares False here, and is caught by the total below
+            if low < -NEG_ATOL:
+                raise InputError(f"weights must be non-negative, got {low:.3g}")
             w = np.maximum(w, 0.0)  # round-off negatives are 0 (a copy)
         self.cdf = np.cumsum(w)  # sequential: a zero weight repeats the previous sum exactly
         self.total = float(self.cdf[-1])
@@ -172,8 +173,7 @@ def draw(weights, rng) -> int:
 
     ``weights``: a 1-D vector of finite non-negative numbers with a positive sum (numpy, or a
     tensor on any device); ``rng``: a ``numpy.random.Generator``."""
-    w = np.asarray(host(weights, "weights"), dtype=np.float64)
-    sampler = InverseCdf(w)  # checks the shape, finiteness and sign
+    sampler = InverseCdf(weights)  # checks the shape, finiteness and sign
     if not sampler.total > 0:
         raise InputError(f"weights must have a positive sum, got {sampler.total:.3g}")
     _check_numpy_rng(rng)
