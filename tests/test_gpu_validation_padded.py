@@ -1,7 +1,8 @@
 """Two models of one tokenizer whose LM heads are padded to different widths (as Qwen2.5 7B's
 152,064 rows against 0.5B's 151,936, past the hub tokenizer's 151,665 ids), on tiny random
-Llama models built here (no hub, a few seconds): the harness reads both over the shared ids
-instead of failing after the study, and the hetero study pads the token list with holes."""
+Llama models (tests/tiny_models.py; no hub, a few seconds): the harness reads both over the
+shared ids instead of failing after the study, and the hetero study pads the token list with
+holes."""
 from __future__ import annotations
 
 import json
@@ -16,36 +17,12 @@ torch = pytest.importorskip("torch")
 
 from gpu_validation import collect, hetero, models  # noqa: E402
 from gpu_validation.__main__ import main  # noqa: E402
-
-DATA = Path(__file__).resolve().parents[1] / "gpu_validation" / "data"
+from tests.tiny_models import build_tiny  # noqa: E402
 
 
 @pytest.fixture(scope="module")
 def tiny(tmp_path_factory):
-    """``{"narrow": dir, "wide": dir}``: one 300-id byte-level BPE tokenizer; heads of 300 and
-    364 rows (the wide one's last 64 rows are padding, as on the hub)."""
-    from tokenizers import Tokenizer, decoders, models as tok_models, pre_tokenizers, trainers
-    from transformers import LlamaConfig, LlamaForCausalLM, PreTrainedTokenizerFast
-
-    root = tmp_path_factory.mktemp("tiny")
-    bpe = Tokenizer(tok_models.BPE())
-    bpe.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
-    bpe.decoder = decoders.ByteLevel()
-    bpe.train([str(p) for p in sorted(DATA.glob("*.txt"))],
-              trainers.BpeTrainer(vocab_size=300, special_tokens=["<s>"],
-                                  initial_alphabet=pre_tokenizers.ByteLevel.alphabet()))
-    tok = PreTrainedTokenizerFast(tokenizer_object=bpe, bos_token="<s>", eos_token="<s>")
-    out = {}
-    for name, extra, seed in (("narrow", 0, 0), ("wide", 64, 1)):
-        torch.manual_seed(seed)
-        cfg = LlamaConfig(vocab_size=len(tok) + extra, hidden_size=32, intermediate_size=64,
-                          num_hidden_layers=1, num_attention_heads=2, num_key_value_heads=1,
-                          max_position_embeddings=4096, tie_word_embeddings=False)
-        LlamaForCausalLM(cfg).save_pretrained(root / name)
-        tok.save_pretrained(root / name)
-        out[name] = str(root / name)
-    out["n_tokens"] = len(tok)
-    return out
+    return build_tiny(tmp_path_factory.mktemp("tiny"))
 
 
 @pytest.mark.parametrize("target, drafter", [("narrow", "wide"), ("wide", "narrow")])

@@ -3,8 +3,9 @@
 Asserts the prediction-vs-measurement agreement of every sampler (binomial aggregate and
 dispersion checks, run-wide false-alarm rate ``gpu_validation.agreement.FALSE_ALARM`` = 1e-3)
 and of end-to-end speculative generation (accepted drafts vs the sum of predicted alphas), on
-a few hundred teacher-forced positions. About 3-4 minutes on 2 cores once the bf16 cache exists;
-the first run also fetches (~1 min) and dequantises the GGUF files (~2-3 min).
+a few hundred teacher-forced positions, the models computing in float32 on the CPU (the default
+``auto`` dtype) from their bf16-rounded weights. About 4 minutes on 2 cores once the bf16 cache
+exists; the first run also fetches (~1 min) and dequantises the GGUF files (~2-3 min).
 """
 from __future__ import annotations
 
@@ -32,6 +33,8 @@ def test_models_are_the_pinned_ones(report):
     for role, name in (("target", "qwen2.5-coder-1.5b"), ("drafter", "qwen2.5-coder-0.5b")):
         assert report["models"][role]["sha256"] == REGISTRY[name].sha256
         assert report["models"][role]["vocab_size"] == 151_936
+        assert report["models"][role]["dtype"] == "float32"  # auto, on the CPU
+        assert report["models"][role]["weights_precision"] == "bfloat16"
 
 
 def test_predicted_acceptance_matches_measured_for_every_sampler(report):

@@ -1,0 +1,87 @@
+"""The models' compute dtype: ``auto`` is float32 on the CPU and bfloat16 on CUDA, the dtype
+used is recorded, and a built-in model computes from its bf16-rounded cache weights on every
+load, the first (the one that dequantises the GGUF) included. Tiny random Llama models, no hub."""
+from __future__ import annotations
+
+import pytest
+
+transformers = pytest.importorskip("transformers")
+pytest.importorskip("tokenizers")
+torch = pytest.importorskip("torch")
+
+from gpu_validation import models  # noqa: E402
+from gpu_validation.__main__ import main  # noqa: E402
+from tests.tiny_models import build_tiny  # noqa: E402
+
+
+@pytest.fixture(scope="module")
+def tiny(tmp_path_factory):
+    return build_tiny(tmp_path_factory.mktemp("tiny"))
+
+
+def test_auto_is_float32_on_the_cpu_and_bfloat16_on_cuda():
+    assert models.resolve_dtype("auto", "cpu") == "float32"
+    for dev in ("cuda", "cuda:0", "cuda:3"):
+        assert models.resolve_dtype("auto", dev) == "bfloat16"
+    for explicit in ("bfloat16", "float32", "float16"):
+        assert models.resolve_dtype(explicit, "cpu") == explicit
+        assert models.resolve_dtype(explicit, "cuda") == explicit
+    with pytest.raises(models.ModelError, match="dtype must be one of auto, bfloat16"):
+        models.resolve_dtype("int8", "cpu")
+
+
+def test_load_defaults_to_float32_on_the_cpu_and_records_the_dtype(tiny):
+    lm = models.load(tiny["narrow"])
+    assert lm.info["dtype"] == "float32"
+    assert {p.dtype for p in lm.model.parameters()} == {torch.float32}
+    lm = models.load(tiny["narrow"], dtype="bfloat16")
+    assert lm.info["dtype"] == "bfloat16"
+    assert {p.dtype for p in lm.model.parameters()} == {torch.bfloat16}
+    with pytest.raises(models.ModelError, match="dtype must be one of"):
+        models.load(tiny["narrow"], dtype="float8")
+
+
+def test_cli_refuses_an_unknown_dtype(capsys):
+    with pytest.raises(SystemExit) as exc:
+        main(["run", "--dtype", "int8"])
+    assert exc.value.code == 2
+    assert "--dtype" in capsys.readouterr().err
+
+
+def test_first_load_of_a_builtin_computes_from_its_bf16_cache(tiny, tmp_path, monkeypatch):
+    """A GGUF's float32 dequantisation is not bf16-exact; the load that writes the bf16 cache
+    must hand back the cache's weights, so that the first run's numbers are every later run's.
+    Here the "GGUF" is the tiny float32 model (the GGUF reader is replaced)."""
+    from pathlib import Path
+
+    monkeypatch.setenv("RDK_THEORY_CACHE", str(tmp_path))
+    builtin = models.get_builtin("smollm2-135m")
+    monkeypatch.setattr(models, "_verified_gguf",
+                        lambda m, fetch, log: Path(tiny["narrow"]) / "model.gguf")
+    auto_lm, auto_tok = transformers.AutoModelForCausalLM, transformers.AutoTokenizer
+    orig_lm, orig_tok = auto_lm.from_pretrained, auto_tok.from_pretrained
+    gguf_reads = []
+
+    def reader(orig):
+        def from_pretrained(path, **kw):
+            if kw.pop("gguf_file", None) is not None:
+                gguf_reads.append(str(path))
+            return orig(path, **kw)
+        return from_pretrained
+
+    monkeypatch.setattr(auto_lm, "from_pretrained", reader(orig_lm))
+    monkeypatch.setattr(auto_tok, "from_pretrained", reader(orig_tok))
+    source = orig_lm(tiny["narrow"], dtype=torch.float32).state_dict()
+    assert any(not torch.equal(v, v.bfloat16().float()) for v in source.values())
+
+    first = models.load(builtin.name, log=lambda *a: None)
+    assert gguf_reads == [tiny["narrow"]] * 2  # tokenizer and weights, once
+    assert first.info["loaded_from"] == "bf16 cache (written from the GGUF by this load)"
+    assert first.info["dtype"] == "float32" and first.info["weights_precision"] == "bfloat16"
+    second = models.load(builtin.name, log=lambda *a: None)
+    assert len(gguf_reads) == 2 and second.info["loaded_from"] == "bf16 cache"
+    w1, w2 = first.model.state_dict(), second.model.state_dict()
+    for k, v in w1.items():
+        assert v.dtype == torch.float32, k
+        assert torch.equal(v, source[k].bfloat16().float()), k
+        assert torch.equal(v, w2[k]), k
