@@ -1,4 +1,5 @@
-"""The README's 60-second example prints exactly what the README says it prints."""
+"""The READMEs show what the code prints: the 60-second example and the committed real-model
+runs."""
 import contextlib
 import io
 import re
@@ -16,3 +17,41 @@ def test_readme_example_output_is_current():
     with contextlib.redirect_stdout(out):
         exec(compile(code, "README example", "exec"), {})
     assert out.getvalue() == expected
+
+
+RESULTS = README.parent / "gpu_validation" / "results"
+ROW = re.compile(r"^\| ([\d,]+) \| ([\d.]+) \|((?: [\d.]+ / [\d.]+ \|){5})$", re.M)
+
+
+def test_readme_validation_tables_are_the_committed_run():
+    """Both READMEs' predicted / measured table is ``results/cpu/report.json`` to 4 digits."""
+    import json
+
+    report = json.loads((RESULTS / "cpu" / "report.json").read_text())
+    want = {}
+    for r in report["study"]["rows"]:
+        checks = [r["checks"][s] for s in ("vanilla", "tli", "rdk_exact", "rdk_first_order",
+                                           "marginal")]
+        cells = [(round(c["predicted_mean"], 4), round(c["measured_mean"], 4)) for c in checks]
+        want[r["kept"]] = (round(r["oov_cap"], 3), cells)
+    for path in (README, README.parent / "gpu_validation" / "README.md"):
+        got = {}
+        for m in ROW.finditer(path.read_text()):
+            cells = [tuple(float(v) for v in c.split(" / "))
+                     for c in m.group(3).strip(" |").split(" | ")]
+            got[int(m.group(1).replace(",", ""))] = (float(m.group(2)), cells)
+        assert got == want, path.name
+
+
+def test_gpu_validation_readme_hetero_caps_are_the_committed_run():
+    import json
+
+    caps = json.loads((RESULTS / "hetero" / "hetero.json").read_text())["oov_caps"]
+    text = (README.parent / "gpu_validation" / "README.md").read_text()
+    for c in caps:
+        b, m = c["bytes"], c["marker"]
+        line = (f"OOV cap p(I), target {c['target']}, drafter vocab {c['drafter_vocab']}: "
+                f"{b['mean']:.4f} (eval_prose {b['per_text']['eval_prose']:.4f}, eval_code "
+                f"{b['per_text']['eval_code']:.4f}; marker map {m['mean']:.4f}); next token in I "
+                f"{b['next_token_in_I']:.4f}")
+        assert line in text
