@@ -20,6 +20,7 @@ torch and transformers are imported inside the functions that need them.
 """
 from __future__ import annotations
 
+import gc
 import hashlib
 import json
 import os
@@ -400,6 +401,7 @@ def _load_transformers(spec: str, torch_dtype) -> LoadedModel:
 
 
 def _load_builtin(model: BuiltinModel, torch_dtype, fetch_missing: bool, log) -> LoadedModel:
+    import torch
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
     info = {"source": "builtin", "name": model.name, "upstream": model.upstream,
@@ -412,10 +414,14 @@ def _load_builtin(model: BuiltinModel, torch_dtype, fetch_missing: bool, log) ->
         gguf = _verified_gguf(model, fetch_missing, log)
         log(f"{model.name}: first load from GGUF (dequantising once into the bf16 cache)")
         tok = AutoTokenizer.from_pretrained(gguf.parent, gguf_file=gguf.name)
+        # Read in bf16 whatever the run's dtype: this model is only written to the cache (a
+        # float32 read would double the load's memory and untie a shared embedding/LM-head
+        # matrix in the copy, saving it twice; the bf16 rounding is the same either way).
         lm = AutoModelForCausalLM.from_pretrained(gguf.parent, gguf_file=gguf.name,
-                                                  dtype=torch_dtype)
+                                                  dtype=torch.bfloat16)
         _save_bf16(lm, tok, model, cached)
         del lm, tok
+        gc.collect()
         if not _bf16_ok(model):
             raise ModelError(f"{model.name}: the bf16 copy just written to {cached} is missing "
                              "its source stamp")
@@ -431,9 +437,8 @@ def _load_builtin(model: BuiltinModel, torch_dtype, fetch_missing: bool, log) ->
 def _save_bf16(lm, tok, model: BuiltinModel, dest: Path) -> None:
     """Save a bf16 safetensors copy; the stamp is written last, so a partial copy is ignored.
 
-    The live model keeps its own weights: the copy is made from a bf16 rounding of its state
-    (converting the model to bf16 and back, as this once did, left a ``--dtype float32`` run
-    with bf16-rounded weights)."""
+    ``lm`` itself is not modified: the copy is made from a bf16 rounding of its state (a
+    float32 model keeps its float32 weights)."""
     import torch
 
     tmp = dest.with_name(dest.name + ".partial")

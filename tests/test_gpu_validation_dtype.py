@@ -65,7 +65,7 @@ def test_first_load_of_a_builtin_computes_from_its_bf16_cache(tiny, tmp_path, mo
     def reader(orig):
         def from_pretrained(path, **kw):
             if kw.pop("gguf_file", None) is not None:
-                gguf_reads.append(str(path))
+                gguf_reads.append((str(path), kw.get("dtype")))
             return orig(path, **kw)
         return from_pretrained
 
@@ -75,7 +75,8 @@ def test_first_load_of_a_builtin_computes_from_its_bf16_cache(tiny, tmp_path, mo
     assert any(not torch.equal(v, v.bfloat16().float()) for v in source.values())
 
     first = models.load(builtin.name, log=lambda *a: None)
-    assert gguf_reads == [tiny["narrow"]] * 2  # tokenizer and weights, once
+    # tokenizer and weights, once; the weights in bf16 (they only go to the cache)
+    assert gguf_reads == [(tiny["narrow"], None), (tiny["narrow"], torch.bfloat16)]
     assert first.info["loaded_from"] == "bf16 cache (written from the GGUF by this load)"
     assert first.info["dtype"] == "float32" and first.info["weights_precision"] == "bfloat16"
     second = models.load(builtin.name, log=lambda *a: None)

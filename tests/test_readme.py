@@ -28,18 +28,19 @@ def test_readme_validation_tables_are_the_committed_run():
     import json
 
     report = json.loads((RESULTS / "cpu" / "report.json").read_text())
-    want = {}
+    want = []
     for r in report["study"]["rows"]:
         checks = [r["checks"][s] for s in ("vanilla", "tli", "rdk_exact", "rdk_first_order",
                                            "marginal")]
         cells = [(round(c["predicted_mean"], 4), round(c["measured_mean"], 4)) for c in checks]
-        want[r["kept"]] = (round(r["oov_cap"], 3), cells)
+        want.append((r["kept"], round(r["oov_cap"], 3), cells))
+    assert len(want) == 5
     for path in (README, README.parent / "gpu_validation" / "README.md"):
-        got = {}
+        got = []  # every such table row of the file, in order: a second, stale table fails
         for m in ROW.finditer(path.read_text()):
             cells = [tuple(float(v) for v in c.split(" / "))
                      for c in m.group(3).strip(" |").split(" | ")]
-            got[int(m.group(1).replace(",", ""))] = (float(m.group(2)), cells)
+            got.append((int(m.group(1).replace(",", "")), float(m.group(2)), cells))
         assert got == want, path.name
 
 
@@ -47,6 +48,7 @@ def test_gpu_validation_readme_hetero_caps_are_the_committed_run():
     import json
 
     caps = json.loads((RESULTS / "hetero" / "hetero.json").read_text())["oov_caps"]
+    assert len(caps) == 2
     text = (README.parent / "gpu_validation" / "README.md").read_text()
     for c in caps:
         b, m = c["bytes"], c["marker"]
