@@ -57,3 +57,24 @@ def test_gpu_validation_readme_hetero_caps_are_the_committed_run():
                 f"{b['per_text']['eval_code']:.4f}; marker map {m['mean']:.4f}); next token in I "
                 f"{b['next_token_in_I']:.4f}")
         assert line in text
+
+
+def _main_job_blocks():
+    """The two tables under "What the main job prints": the real pair's, then the synthetic."""
+    text = README.read_text()
+    section = text[text.index("## What the main job prints"):text.index("## A 60-second example")]
+    blocks = re.findall(r"```\n(.*?)```", section, re.S)
+    assert len(blocks) == 2
+    return blocks
+
+
+def test_readme_synthetic_main_job_table_is_what_report_prints(tmp_path, capsys):
+    """``rdk-theory report --source synthetic`` is deterministic (seed 0): its table is the
+    README's, to the last digit."""
+    from rdk_theory.cli import main
+
+    assert main(["report", "--source", "synthetic", "--out", str(tmp_path)]) == 0
+    out = capsys.readouterr().out.splitlines()
+    start = next(i for i, line in enumerate(out) if line.lstrip().startswith("kept"))
+    end = out.index("", start)
+    assert "\n".join(out[start:end]) + "\n" == _main_job_blocks()[1]
