@@ -108,8 +108,9 @@ def add_run_arguments(p) -> None:
     p.add_argument("--steps", type=int_at_least(1),
                    help="verification steps per position (default 2000)")
     p.add_argument("--dtype", default="auto", choices=DTYPES,
-                   help="compute dtype of the models (default auto: bfloat16 on CUDA, float32 on "
-                        "the CPU, where bf16 products are emulated and several times slower; "
+                   help="compute dtype of the models (default auto: bfloat16 on CUDA devices with "
+                        "native bf16, compute capability 8.0 and later; float32 on the CPU and "
+                        "older GPUs, where bf16 products are emulated and several times slower; "
                         "built-in models always hold their bf16-rounded weights). float32 takes "
                         "twice the memory of bfloat16")
     p.add_argument("--topk", type=int_at_least(1), metavar="K",

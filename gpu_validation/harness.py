@@ -40,7 +40,7 @@ class RunConfig:
     target: str = DEFAULT_TARGET
     drafter: str = DEFAULT_DRAFTER
     device: str = "cpu"
-    dtype: str = "auto"  # models.resolve_dtype: bfloat16 on CUDA, float32 on the CPU
+    dtype: str = "auto"  # models.resolve_dtype: bf16 on Ampere+ CUDA, else float32
     kept: tuple = FULL_KEPT
     max_positions: int | None = None  # per run, evenly subsampled from the eval positions
     n_steps: int = 2000

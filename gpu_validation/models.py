@@ -46,19 +46,36 @@ DTYPES = ("auto", "bfloat16", "float32", "float16")
 
 
 def resolve_dtype(dtype: str, device: str) -> str:
-    """The compute dtype a run uses: ``auto`` is bfloat16 on CUDA and float32 elsewhere.
+    """The compute dtype a run uses. ``auto`` is bfloat16 on a CUDA device with native bf16
+    (compute capability 8.0 and later: A100, H100, RTX 30xx on; ROCm devices that torch reports
+    as bf16-capable) and float32 everywhere else.
 
     Why float32 on the CPU: most CPUs have no bf16 matrix units (x86 before AVX512-BF16/AMX),
     and torch emulates bf16 products there, about 7x slower than float32 on this project's
     2-core AVX2 machine (a 512 x 1536 by 1536 x 8960 product: 21 against 146 GFLOP/s). float32
     arithmetic on the same bf16-rounded weights is also the more accurate of the two and varies
-    less between processors. It takes twice the memory: pass bfloat16 for large models.
+    less between processors. It takes twice the memory: pass bfloat16 for large models. Older
+    GPUs (V100, T4) emulate bf16 too and get float32; float16 is never picked on its own (its
+    range is narrower than the models were trained in), pass it explicitly if memory is short.
     """
     if dtype not in DTYPES:
         raise ModelError(f"dtype must be one of {', '.join(DTYPES)}, got {dtype!r}")
     if dtype == "auto":
-        return "bfloat16" if str(device).startswith("cuda") else "float32"
+        if str(device).startswith("cuda") and _cuda_has_native_bf16(device):
+            return "bfloat16"
+        return "float32"
     return dtype
+
+
+def _cuda_has_native_bf16(device: str) -> bool:
+    """Whether the CUDA (or ROCm) device ``device`` computes bf16 in hardware, not emulated."""
+    import torch
+
+    with torch.cuda.device(torch.device(device)):
+        try:
+            return bool(torch.cuda.is_bf16_supported(including_emulation=False))
+        except TypeError:  # torch before 2.3 had no such argument and did not count emulation
+            return bool(torch.cuda.is_bf16_supported())
 
 
 class HashMismatchError(ModelError):

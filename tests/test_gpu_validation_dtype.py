@@ -1,6 +1,7 @@
-"""The models' compute dtype: ``auto`` is float32 on the CPU and bfloat16 on CUDA, the dtype
-used is recorded, and a built-in model computes from its bf16-rounded cache weights on every
-load, the first (the one that dequantises the GGUF) included. Tiny random Llama models, no hub."""
+"""The models' compute dtype: ``auto`` is float32 on the CPU and older GPUs and bfloat16 on
+CUDA devices with native bf16, the dtype used is recorded, and a built-in model computes from
+its bf16-rounded cache weights on every load, the first (the one that dequantises the GGUF)
+included. Tiny random Llama models, no hub."""
 from __future__ import annotations
 
 import pytest
@@ -19,15 +20,49 @@ def tiny(tmp_path_factory):
     return build_tiny(tmp_path_factory.mktemp("tiny"))
 
 
-def test_auto_is_float32_on_the_cpu_and_bfloat16_on_cuda():
+def test_auto_is_float32_on_the_cpu_and_bfloat16_on_cuda_with_native_bf16(monkeypatch):
+    asked = []
+    monkeypatch.setattr(models, "_cuda_has_native_bf16", lambda dev: asked.append(dev) or True)
     assert models.resolve_dtype("auto", "cpu") == "float32"
+    assert asked == []  # the CPU never touches torch.cuda
     for dev in ("cuda", "cuda:0", "cuda:3"):
         assert models.resolve_dtype("auto", dev) == "bfloat16"
+    assert asked == ["cuda", "cuda:0", "cuda:3"]
+    monkeypatch.setattr(models, "_cuda_has_native_bf16", lambda dev: False)  # V100, T4
+    for dev in ("cuda", "cuda:1"):
+        assert models.resolve_dtype("auto", dev) == "float32"
     for explicit in ("bfloat16", "float32", "float16"):
         assert models.resolve_dtype(explicit, "cpu") == explicit
         assert models.resolve_dtype(explicit, "cuda") == explicit
     with pytest.raises(models.ModelError, match="dtype must be one of auto, bfloat16"):
         models.resolve_dtype("int8", "cpu")
+
+
+@pytest.mark.parametrize("native, emulated", [(True, True), (False, True), (False, False)])
+def test_native_bf16_probe_asks_the_named_device_and_ignores_emulation(monkeypatch, native,
+                                                                       emulated):
+    """torch counts emulated bf16 as supported unless told not to; ``auto`` must not."""
+    import contextlib
+
+    entered, calls = [], []
+
+    def supported(including_emulation=True):
+        calls.append(including_emulation)
+        return native or (including_emulation and emulated)
+
+    monkeypatch.setattr(torch.cuda, "device", lambda d: entered.append(d)
+                        or contextlib.nullcontext())
+    monkeypatch.setattr(torch.cuda, "is_bf16_supported", supported)
+    assert models._cuda_has_native_bf16("cuda:2") is native
+    assert entered == [torch.device("cuda:2")] and calls == [False]
+
+
+def test_native_bf16_probe_on_a_torch_without_the_emulation_argument(monkeypatch):
+    import contextlib
+
+    monkeypatch.setattr(torch.cuda, "device", lambda d: contextlib.nullcontext())
+    monkeypatch.setattr(torch.cuda, "is_bf16_supported", lambda: False)
+    assert models._cuda_has_native_bf16("cuda") is False
 
 
 def test_load_defaults_to_float32_on_the_cpu_and_records_the_dtype(tiny):
