@@ -74,7 +74,7 @@ def _cuda_has_native_bf16(device: str) -> bool:
     with torch.cuda.device(torch.device(device)):
         try:
             return bool(torch.cuda.is_bf16_supported(including_emulation=False))
-        except TypeError:  # torch before 2.3 had no such argument and did not count emulation
+        except TypeError:  # older torch: no such argument (nor counting of emulation)
             return bool(torch.cuda.is_bf16_supported())
 
 
@@ -275,19 +275,27 @@ class LoadedModel:
 
     def probs(self, logits):
         """Softmax over the last axis of the first :attr:`width` logits, float32 on the
-        logits' device. With a width set, the mass the full softmax puts beyond it (padding
-        rows) is dropped and the rest renormalised; its largest value is kept in
-        ``info["max_mass_beyond_width"]``."""
+        logits' device, each row summing to 1 to float32 round-off. With a width set, the mass
+        the full softmax puts beyond it (padding rows) is dropped and the rest renormalised;
+        its largest value is kept in ``info["max_mass_beyond_width"]``.
+
+        torch's float32 CPU softmax over 152K ids returns rows that sum to 1 + 1e-5 or more
+        (its denominator is accumulated with a bias; 1 + 4e-5 on average on the Qwen pair's
+        laws), which would scale every law up by that much and put an OOV cap ``p(I)`` above
+        1. The rows are divided by their sum (``torch.sum``'s accurate reduction) once more.
+        """
         import torch
 
         logits = logits.float()
-        if self.width is None or self.width >= logits.shape[-1]:
-            return torch.softmax(logits, dim=-1)
-        kept = logits[..., :self.width]
-        beyond = -torch.expm1(torch.logsumexp(kept, -1) - torch.logsumexp(logits, -1))
-        worst = float(beyond.max()) if beyond.numel() else 0.0
-        self.info["max_mass_beyond_width"] = max(self.info.get("max_mass_beyond_width", 0.0), worst)
-        return torch.softmax(kept, dim=-1)
+        if self.width is not None and self.width < logits.shape[-1]:
+            kept = logits[..., :self.width]
+            beyond = -torch.expm1(torch.logsumexp(kept, -1) - torch.logsumexp(logits, -1))
+            worst = float(beyond.max()) if beyond.numel() else 0.0
+            self.info["max_mass_beyond_width"] = max(self.info.get("max_mass_beyond_width", 0.0),
+                                                     worst)
+            logits = kept
+        probs = torch.softmax(logits, dim=-1)
+        return probs.div_(probs.sum(-1, keepdim=True))
 
 
 def share_output_width(target: LoadedModel, drafter: LoadedModel) -> int | None:

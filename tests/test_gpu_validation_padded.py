@@ -57,6 +57,22 @@ def test_laws_over_a_width_sum_to_one_and_equal_the_renormalised_restriction(tin
     assert lm.info["max_mass_beyond_width"] == pytest.approx(dropped.max(), abs=1e-5)
 
 
+@pytest.mark.parametrize("width", [None, 151_665])
+def test_laws_of_a_152k_head_sum_to_one_to_float32_round_off(width):
+    """Qwen-sized logits (151,936 ids; the hub tokenizer's 151,665 as width): every row sums to
+    1 within ``FLOAT32_LAW_SUM_ATOL`` and each entry is the float64 softmax's to
+    ``FLOAT32_LAW_RTOL``. torch's float32 CPU softmax alone sums to 1 + 1e-5 here."""
+    from tests.tolerances import FLOAT32_LAW_RTOL, FLOAT32_LAW_SUM_ATOL
+
+    lm = models.LoadedModel(model=None, tokenizer=None, spec="qwen-sized", width=width)
+    logits = torch.from_numpy(np.random.default_rng(7).standard_normal((8, 151_936)) * 3)
+    got = lm.probs(logits.float()).double()
+    want = torch.softmax(logits[:, :width], -1)
+    assert got.dtype is torch.float64 and got.shape == want.shape
+    np.testing.assert_allclose(got.sum(-1).numpy(), 1.0, rtol=0, atol=FLOAT32_LAW_SUM_ATOL)
+    np.testing.assert_allclose(got.numpy(), want.numpy(), rtol=FLOAT32_LAW_RTOL, atol=0)
+
+
 def test_a_head_narrower_than_the_tokenizer_is_refused(tiny):
     a, b = models.load(tiny["wide"], dtype="float32"), models.load(tiny["narrow"], dtype="float32")
     b.tokenizer.add_tokens(["<extra_token>"])  # now one id more than the narrow head has rows
