@@ -53,3 +53,14 @@ def pytest_sessionfinish(session, exitstatus):
             f"ERROR: {made} Monte Carlo assertions exceed the budget MAX_MC_ASSERTIONS = "
             f"{stats.MAX_MC_ASSERTIONS} (tests/stats.py)", red=True)
         session.exitstatus = pytest.ExitCode.TESTS_FAILED
+
+
+@pytest.fixture(scope="session")
+def tiny(tmp_path_factory):
+    """Tiny random Llama models (``tests/tiny_models.py``: ``narrow``, ``wide``, ``n_tokens``),
+    built once per run and only read by the tests that take them."""
+    for module in ("torch", "tokenizers", "transformers"):
+        pytest.importorskip(module)
+    from tests.tiny_models import build_tiny
+
+    return build_tiny(tmp_path_factory.mktemp("tiny"))

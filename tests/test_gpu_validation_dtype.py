@@ -12,12 +12,6 @@ torch = pytest.importorskip("torch")
 
 from gpu_validation import models  # noqa: E402
 from gpu_validation.__main__ import main  # noqa: E402
-from tests.tiny_models import build_tiny  # noqa: E402
-
-
-@pytest.fixture(scope="module")
-def tiny(tmp_path_factory):
-    return build_tiny(tmp_path_factory.mktemp("tiny"))
 
 
 def test_auto_is_float32_on_the_cpu_and_bfloat16_on_cuda_with_native_bf16(monkeypatch):

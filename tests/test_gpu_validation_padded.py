@@ -17,12 +17,6 @@ torch = pytest.importorskip("torch")
 
 from gpu_validation import collect, hetero, models  # noqa: E402
 from gpu_validation.__main__ import main  # noqa: E402
-from tests.tiny_models import build_tiny  # noqa: E402
-
-
-@pytest.fixture(scope="module")
-def tiny(tmp_path_factory):
-    return build_tiny(tmp_path_factory.mktemp("tiny"))
 
 
 @pytest.mark.parametrize("target, drafter", [("narrow", "wide"), ("wide", "narrow")])
