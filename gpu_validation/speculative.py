@@ -23,8 +23,7 @@ from rdk_theory.vocab import pruned_draft_probs
 
 def _softmax_last(lm, logits) -> np.ndarray:
     """``lm``'s law (:meth:`gpu_validation.models.LoadedModel.probs`) as float64 numpy,
-    renormalised in float64 (a float32 softmax over 152K ids misses 1 by up to ~1e-4, the
-    verification step's tolerance)."""
+    renormalised in float64 (its float32 rows sum to 1 only to float32 round-off, ~1e-7)."""
     probs = lm.probs(logits).cpu().numpy().astype(np.float64)
     return probs / probs.sum(-1, keepdims=True)
 

@@ -78,3 +78,52 @@ def test_readme_synthetic_main_job_table_is_what_report_prints(tmp_path, capsys)
     start = next(i for i, line in enumerate(out) if line.lstrip().startswith("kept"))
     end = out.index("", start)
     assert "\n".join(out[start:end]) + "\n" == _main_job_blocks()[1]
+
+
+def test_readme_real_main_job_table_is_the_committed_run():
+    """The real pair's table is ``format_table`` of the committed ``bash scripts/report.sh``
+    output, ``gpu_validation/results/report/report.json`` (the footnote's wording aside)."""
+    import json
+
+    from rdk_theory.report import format_table
+
+    report = json.loads((RESULTS / "report" / "report.json").read_text())
+    assert report["source"].startswith("real:") and len(report["rows"]) == 5
+    table = format_table(report).replace("see the description above", "see below")
+    assert table + "\n" == _main_job_blocks()[0]
+
+
+def test_readme_timing_slopes_and_generation_figures_are_the_committed_run():
+    """The validation paragraphs' log-log slopes and generation figures, in both READMEs, are
+    ``results/cpu/report.json``'s (whitespace-normalised: the prose is rewrapped freely)."""
+    import json
+
+    report = json.loads((RESULTS / "cpu" / "report.json").read_text())
+    sl = {k: f"{v:.2f}" for k, v in report["timing"]["slopes"].items()}
+    gen = {(e["kept"], e["sampler"]): e for e in report["speculative"]}
+    tli_hi, tli_lo = gen[(65536, "tli")], gen[(4096, "tli")]
+    mar_hi, mar_lo = gen[(65536, "marginal")], gen[(4096, "marginal")]
+
+    def tpc(e):
+        return f"{e['tokens_per_call']:.2f}"
+
+    def acc(e):
+        return f"{e['check']['measured_accepts']} vs {e['check']['predicted_accepts']:.1f}"
+
+    top = " ".join(README.read_text().split())
+    sub = " ".join((README.parent / "gpu_validation" / "README.md").read_text().split())
+    for phrase in (
+            f"is {sl['first_order@batch1']} (batch 1) and {sl['first_order@batch64']} (batch 64) "
+            f"for first-order RDK, against {sl['dense_exact@batch1']} and "
+            f"{sl['dense_exact@batch64']} for the dense exact kernel",
+            f"the floor's own slope is {sl['floor@batch1']} in that sweep",
+            f"{tpc(tli_hi)} tokens per target call with TLI at K = 65,536 and {tpc(tli_lo)} at "
+            f"K = 4,096 (accepted drafts {acc(tli_hi)} predicted, and {acc(tli_lo)};"):
+        assert phrase in top, phrase
+    for phrase in (
+            f"first-order {sl['first_order@batch1']} (batch 1) / {sl['first_order@batch64']} "
+            f"(batch 64), dense exact {sl['dense_exact@batch1']} / {sl['dense_exact@batch64']}",
+            f"the floor's own slope is {sl['floor@batch1']} in the same sweep",
+            f"TLI {tpc(tli_hi)} tokens per target call at K = 65,536 and {tpc(tli_lo)} at "
+            f"K = 4,096; marginal RDK {tpc(mar_hi)} and {tpc(mar_lo)}"):
+        assert phrase in sub, phrase
