@@ -71,11 +71,14 @@ def _cuda_has_native_bf16(device: str) -> bool:
     """Whether the CUDA (or ROCm) device ``device`` computes bf16 in hardware, not emulated."""
     import torch
 
-    with torch.cuda.device(torch.device(device)):
+    device = torch.device(device)
+    with torch.cuda.device(device):
         try:
             return bool(torch.cuda.is_bf16_supported(including_emulation=False))
-        except TypeError:  # older torch: no such argument (nor counting of emulation)
-            return bool(torch.cuda.is_bf16_supported())
+        except TypeError:  # torch before 2.4 has no such argument: ask the hardware directly
+            if torch.version.hip:
+                return bool(torch.cuda.is_bf16_supported())
+            return torch.cuda.get_device_capability(device)[0] >= 8
 
 
 class HashMismatchError(ModelError):
@@ -283,19 +286,21 @@ class LoadedModel:
         (its denominator is accumulated with a bias; 1 + 4e-5 on average on the Qwen pair's
         laws), which would scale every law up by that much and put an OOV cap ``p(I)`` above
         1. The rows are divided by their sum (``torch.sum``'s accurate reduction) once more.
+        Inference only: no autograd graph is recorded.
         """
         import torch
 
-        logits = logits.float()
-        if self.width is not None and self.width < logits.shape[-1]:
-            kept = logits[..., :self.width]
-            beyond = -torch.expm1(torch.logsumexp(kept, -1) - torch.logsumexp(logits, -1))
-            worst = float(beyond.max()) if beyond.numel() else 0.0
-            self.info["max_mass_beyond_width"] = max(self.info.get("max_mass_beyond_width", 0.0),
-                                                     worst)
-            logits = kept
-        probs = torch.softmax(logits, dim=-1)
-        return probs.div_(probs.sum(-1, keepdim=True))
+        with torch.no_grad():
+            logits = logits.float()
+            if self.width is not None and self.width < logits.shape[-1]:
+                kept = logits[..., :self.width]
+                beyond = -torch.expm1(torch.logsumexp(kept, -1) - torch.logsumexp(logits, -1))
+                worst = float(beyond.max()) if beyond.numel() else 0.0
+                self.info["max_mass_beyond_width"] = max(
+                    self.info.get("max_mass_beyond_width", 0.0), worst)
+                logits = kept
+            probs = torch.softmax(logits, dim=-1)
+            return probs.div_(probs.sum(-1, keepdim=True))
 
 
 def share_output_width(target: LoadedModel, drafter: LoadedModel) -> int | None:

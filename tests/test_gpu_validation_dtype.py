@@ -51,12 +51,19 @@ def test_native_bf16_probe_asks_the_named_device_and_ignores_emulation(monkeypat
     assert entered == [torch.device("cuda:2")] and calls == [False]
 
 
-def test_native_bf16_probe_on_a_torch_without_the_emulation_argument(monkeypatch):
+@pytest.mark.parametrize("major, hip, want", [(7, None, False), (8, None, True),
+                                              (9, None, True), (7, "6.0", True)])
+def test_native_bf16_probe_on_a_torch_without_the_emulation_argument(monkeypatch, major, hip,
+                                                                     want):
+    """torch before 2.4: the compute capability decides (Volta/Turing no, Ampere on yes); on
+    ROCm torch's own probe does."""
     import contextlib
 
     monkeypatch.setattr(torch.cuda, "device", lambda d: contextlib.nullcontext())
-    monkeypatch.setattr(torch.cuda, "is_bf16_supported", lambda: False)
-    assert models._cuda_has_native_bf16("cuda") is False
+    monkeypatch.setattr(torch.cuda, "is_bf16_supported", lambda: hip is not None)
+    monkeypatch.setattr(torch.cuda, "get_device_capability", lambda d: (major, 0))
+    monkeypatch.setattr(torch.version, "hip", hip)
+    assert models._cuda_has_native_bf16("cuda:1") is want
 
 
 def test_load_defaults_to_float32_on_the_cpu_and_records_the_dtype(tiny):

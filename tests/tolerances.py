@@ -26,10 +26,10 @@ TORCH_FLOAT64_ATOL = 1e-12
 FLOAT32_ATOL = 1e-5
 #: A float32 law over ~1.5e5 ids: its row sum (in float64) and each entry against the float64
 #: softmax, relative. One float32 rounding is 6e-8 and an accurate sum's error over 1.5e5 such
-#: terms stays near 1e-7; torch's vectorised float32 exp adds about 1e-6 per entry. A biased
+#: terms stays near 1e-7; torch's vectorised float32 exp adds 1e-6 to 2e-6 per entry. A biased
 #: normalisation (rows summing to 1 + 1e-5, as torch's own float32 CPU softmax) fails both.
 FLOAT32_LAW_SUM_ATOL = 1e-6
-FLOAT32_LAW_RTOL = 4e-6
+FLOAT32_LAW_RTOL = 8e-6
 #: Step and tolerance of a one-sided finite difference of alpha(lam) (piecewise linear in lam:
 #: the forward difference is exact once the step is below the first kink, up to round-off).
 FINITE_DIFF_STEP = 1e-7
