@@ -22,9 +22,10 @@ from fractions import Fraction
 
 import numpy as np
 
-#: Tolerance on ``|sum(p) - 1|`` for float inputs (a float32 softmax row over 152K ids misses 1
-#: by up to ~1e-4 on the real models here: renormalise such rows in float64 first; 1e-4 still
-#: rejects a visibly wrong distribution).
+#: Tolerance on ``|sum(p) - 1|`` for float inputs (torch's float32 CPU softmax over 152K ids
+#: misses 1 by 1e-5 to 1e-4 on real models: renormalise such rows first, as
+#: ``gpu_validation.models.LoadedModel.probs`` does; 1e-4 still rejects a visibly wrong
+#: distribution).
 PROB_ATOL = 1e-4
 #: Tolerance on negative probabilities: ``-1e-12`` from a subtraction is round-off, not a
 #: wrong distribution; such entries are read as 0.
