@@ -229,7 +229,7 @@ class FirstOrderCovarianceKernel:
             q_prime = B.safe_divide(q_prime, B.total(q_prime, keepdims=True))
         out = self.transport_unclipped(q_prime)
         if B.is_torch(out):
-            if bool((out < 0).any()):
+            if out.numel() and bool(out.amin() < 0):  # one read; (out < 0).any() took two
                 out.clamp_min_(0)
                 out *= B.safe_divide(B.total(q_prime, keepdims=True), B.total(out, keepdims=True))
             return out

@@ -97,6 +97,29 @@ def test_first_order_clip_and_renormalise_agree_with_numpy(device):
     assert_close(got.sum(-1), qp.sum(-1), atol=TORCH_FLOAT64_ATOL, err_msg="sum q'")
 
 
+@pytest.mark.parametrize("device", [pytest.param(d, marks=pytest.mark.gpu if d == "cuda" else ())
+                                    for d in DEVICES])
+def test_torch_safe_divide_and_the_clip_check_at_the_edges(device):
+    """``safe_divide`` on torch gives 0 where the denominator is 0 (a drafter row with no mass
+    on the target's tokens) and the plain quotient for a subnormal one, as numpy does; the
+    first-order transport of an empty batch is an empty batch (its negativity check reads
+    the whole tensor at once, which must not fail on zero elements)."""
+    tiny = 2.0 ** -1070  # subnormal: the sum 4 * tiny is exact, so are the quotients
+    num = np.array([[0.25, 0.75], [0.0, 0.0], [tiny, 3 * tiny]])
+    den = num.sum(-1, keepdims=True)
+    tp = lambda a: torch.as_tensor(a, dtype=torch.float64, device=device)  # noqa: E731
+    want = np.array([[0.25, 0.75], [0.0, 0.0], [0.25, 0.75]])
+    np.testing.assert_array_equal(rt._backend.safe_divide(num, den), want)
+    np.testing.assert_array_equal(rt._backend.safe_divide(tp(num), tp(den)).cpu().numpy(), want)
+    vm = rt.VocabMap(4, np.array([0, 1, -1]))
+    q = tp([[0.5, 0.5, 0.0], [0.0, 0.0, 1.0]])  # the second row's mass is all off the target
+    np.testing.assert_array_equal(rt.tli_proposal(q, vm).cpu().numpy(),
+                                  [[0.5, 0.5, 0.0, 0.0], [0.0, 0.0, 0.0, 0.0]])
+    cal, _, _, _ = _case(seed=4)
+    fo = rt.FirstOrderCovarianceKernel(cal, 1e-6)
+    assert tuple(fo.transport(tp(np.zeros((0, cal.shape[1])))).shape) == (0, cal.shape[1])
+
+
 def test_torch_input_follows_the_numpy_validation_rules():
     """Round-off negatives down to -1e-12 read as 0 (in a copy); complex tensors are refused
     with an InputError, as for numpy."""
