@@ -23,25 +23,54 @@ RESULTS = README.parent / "gpu_validation" / "results"
 ROW = re.compile(r"^\| ([\d,]+) \| ([\d.]+) \|((?: [\d.]+ / [\d.]+ \|){5})$", re.M)
 
 
-def test_readme_validation_tables_are_the_committed_run():
-    """Both READMEs' predicted / measured table is ``results/cpu/report.json`` to 4 digits."""
-    import json
+GPU_SECTION = "## Results on an H200 GPU"
 
-    report = json.loads((RESULTS / "cpu" / "report.json").read_text())
+
+def _table_rows(text):
+    """Every predicted / measured table row of ``text``, in order, parsed."""
+    got = []
+    for m in ROW.finditer(text):
+        cells = [tuple(float(v) for v in c.split(" / "))
+                 for c in m.group(3).strip(" |").split(" | ")]
+        got.append((int(m.group(1).replace(",", "")), float(m.group(2)), cells))
+    return got
+
+
+def _report_rows(report):
     want = []
     for r in report["study"]["rows"]:
         checks = [r["checks"][s] for s in ("vanilla", "tli", "rdk_exact", "rdk_first_order",
                                            "marginal")]
         cells = [(round(c["predicted_mean"], 4), round(c["measured_mean"], 4)) for c in checks]
         want.append((r["kept"], round(r["oov_cap"], 3), cells))
-    assert len(want) == 5
+    return want
+
+
+def _split_gpu_section(text):
+    """``(text outside the GPU results section, the section)``: the section runs from its
+    heading to the next ``## `` heading or the end."""
+    if GPU_SECTION not in text:
+        return text, ""
+    start = text.index(GPU_SECTION)
+    end = text.find("\n## ", start + len(GPU_SECTION))
+    end = len(text) if end < 0 else end
+    return text[:start] + text[end:], text[start:end]
+
+
+def test_readme_validation_tables_are_the_committed_run():
+    """Both READMEs' CPU predicted / measured table is ``results/cpu/report.json`` to 4 digits,
+    and the GPU section's table is ``results/cuda/report.json``'s (every such row of a file, in
+    order: a second, stale table fails)."""
+    import json
+
+    want_cpu = _report_rows(json.loads((RESULTS / "cpu" / "report.json").read_text()))
+    want_cuda = _report_rows(json.loads((RESULTS / "cuda" / "report.json").read_text()))
+    assert len(want_cpu) == 5 and len(want_cuda) == 3
     for path in (README, README.parent / "gpu_validation" / "README.md"):
-        got = []  # every such table row of the file, in order: a second, stale table fails
-        for m in ROW.finditer(path.read_text()):
-            cells = [tuple(float(v) for v in c.split(" / "))
-                     for c in m.group(3).strip(" |").split(" | ")]
-            got.append((int(m.group(1).replace(",", "")), float(m.group(2)), cells))
-        assert got == want, path.name
+        rest, _ = _split_gpu_section(path.read_text())
+        assert _table_rows(rest) == want_cpu, path.name
+    _, gpu = _split_gpu_section((README.parent / "gpu_validation" / "README.md").read_text())
+    assert _table_rows(gpu) == want_cuda
 
 
 def test_gpu_validation_readme_hetero_caps_are_the_committed_run():
@@ -127,3 +156,83 @@ def test_readme_timing_slopes_and_generation_figures_are_the_committed_run():
             f"TLI {tpc(tli_hi)} tokens per target call at K = 65,536 and {tpc(tli_lo)} at "
             f"K = 4,096; marginal RDK {tpc(mar_hi)} and {tpc(mar_lo)}"):
         assert phrase in sub, phrase
+
+
+def test_readme_gpu_figures_are_the_committed_cuda_runs():
+    """The GPU paragraphs' figures, in both READMEs, are those of ``results/cuda/``: the
+    validation run's generation, slopes and time ranges, and the two side-by-side scripts'
+    (whitespace-normalised)."""
+    import json
+
+    cuda = RESULTS / "cuda"
+    report = json.loads((cuda / "report.json").read_text())
+    launch = json.loads((cuda / "launch.json").read_text())["rows"]
+    passes = json.loads((cuda / "passes.json").read_text())["rows"]
+    assert report["all_checks_pass"] and report["device"] == "cuda"
+    gen = {(e["kept"], e["sampler"]): e for e in report["speculative"]}
+    hi, lo = max(k for k, _ in gen), min(k for k, _ in gen)
+
+    def tpc(e):
+        return f"{e['tokens_per_call']:.2f}"
+
+    def acc(e):
+        return f"{e['check']['measured_accepts']} vs {e['check']['predicted_accepts']:.1f}"
+
+    sl = {k: f"{v:.2f}" for k, v in report["timing"]["slopes"].items()}
+    timing = report["timing"]["rows"]
+    fo = [r["first_order_s"] * 1e3 for r in timing]
+    floor = [r["floor_s"] * 1e3 for r in timing]
+    big = [r for r in launch if r["batch"] == 1024]
+    one = [r for r in launch if r["batch"] == 1]
+    ratio = [r["first_order_ratio"] for r in big]
+    after = [r["after_ratio"] for r in passes if r["batch"] == 1024]
+    speed = [r["after_over_before"] for r in passes]
+    assert all(r["max_abs_diff"] == 0 for r in passes)
+    fo_range, floor_range = f"{min(fo):.2f}-{max(fo):.2f}", f"{min(floor):.2f}-{max(floor):.2f}"
+    sub = " ".join((README.parent / "gpu_validation" / "README.md").read_text().split())
+    top = " ".join(README.read_text().split())
+    for phrase in (
+            f"All {report['n_checks']} checks pass",
+            f"TLI {tpc(gen[hi, 'tli'])} tokens per target call at K = {hi:,} and "
+            f"{tpc(gen[lo, 'tli'])} at K = {lo:,} (accepted drafts {acc(gen[hi, 'tli'])} "
+            f"predicted, and {acc(gen[lo, 'tli'])}); marginal RDK {tpc(gen[hi, 'marginal'])} and "
+            f"{tpc(gen[lo, 'marginal'])} ({acc(gen[hi, 'marginal'])}, {acc(gen[lo, 'marginal'])})",
+            f"first-order RDK takes {fo_range} ms per call whatever N is: log-log slopes "
+            f"{sl['first_order@batch1']} (batch 1) and {sl['first_order@batch64']} (batch 64), "
+            f"against the floor's {sl['floor@batch1']} and {sl['floor@batch64']}; dense exact "
+            f"{sl['dense_exact@batch1']} and {sl['dense_exact@batch64']} (4K-32K)",
+            f"kernels) takes {floor_range} ms",
+            "floor " + " / ".join(f"{r['floor_s'] * 1e3:.2f}" for r in big) + " ms at N = 32K / "
+            "152K / 262K), first-order takes "
+            + " / ".join(f"{r['first_order_s'] * 1e3:.2f}" for r in big)
+            + f" ms: linear in N and {min(ratio):.1f}-{max(ratio):.1f} times the floor",
+            "batch 1 drops from " + " / ".join(f"{r['first_order_s'] * 1e3:.2f}" for r in one)
+            + " ms to " + " / ".join(f"{r['first_order_graph_s'] * 1e3:.2f}" for r in one) + " ms",
+            f"{min(speed):.2f}-{max(speed):.2f}x of the old time over the 9 cells"):
+        assert phrase in sub, phrase
+    for phrase in (
+            f"all {report['n_checks']} checks pass",
+            f"takes {fo_range} ms per call from N = 4K to 262K at batch 1 and 64",
+            f"(the floor takes {floor_range} ms)",
+            f"linear in N and {min(ratio):.1f}-{max(ratio):.1f} times the floor "
+            f"({min(after):.1f}-{max(after):.1f} after commit 4e6e97a)"):
+        assert phrase in top, phrase
+
+
+def test_readme_benchmark_worst_ratio_tables_are_the_committed_json():
+    """Each committed CPU benchmark's worst-ratio table is in the README as
+    ``benchmarks/bench_proposals.py --table`` prints it (the first run's per-cell tables too)."""
+    import importlib.util
+    import json
+
+    bench = README.parent / "benchmarks"
+    spec = importlib.util.spec_from_file_location("bench_proposals", bench / "bench_proposals.py")
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    text = README.read_text()
+    for name in ("results_cpu.json", "results_cpu_repeat.json", "results_cpu_h200_host.json"):
+        table = mod.markdown(json.loads((bench / name).read_text()))
+        worst = table[table.index("| method |"):]
+        assert worst in text, name
+        if name == "results_cpu.json":
+            assert table[:table.index("Worst ratio")] in text
