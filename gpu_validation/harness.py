@@ -23,6 +23,8 @@ from pathlib import Path
 
 import numpy as np
 
+from rdk_theory._optional import import_failure
+
 from . import agreement, collect, figures, models, pruning, speculative, study, timing
 from .registry import DEFAULT_DRAFTER, DEFAULT_TARGET
 
@@ -183,7 +185,7 @@ def run(cfg: RunConfig, log=print) -> dict:
         if tim is not None:
             figures.time_vs_n(tim, out / "time_vs_n.png")
     except ImportError as exc:  # a GPU image without matplotlib: the JSON has every number
-        log(f"figures skipped: {exc}")
+        log(f"figures skipped: {import_failure(exc)}")
     return report
 
 

@@ -20,6 +20,7 @@ from importlib.metadata import entry_points
 
 import numpy as np
 
+from ._optional import import_failure
 from ._progress import progress
 from .acceptance import acceptance_rate, oov_cap, total_variation
 from .case import DENSE_KERNEL_MAX_BYTES, default_tau
@@ -197,16 +198,16 @@ def cmd_report(args) -> int:
     fig_path = os.path.join(args.out, "acceptance_vs_kept.png")
     with open(json_path, "w") as fh:
         json.dump(report, fh, indent=2)
+    skipped = None
     try:
         plot_report(report, fig_path)
-    except ImportError:  # matplotlib is the optional [plot] extra: the JSON has every number
-        fig_path = None
+    except ImportError as exc:  # matplotlib is the optional [plot] extra: the JSON has every number
+        fig_path, skipped = None, exc
     print(report.get("description", report["source"]))
     print(format_table(report))
     print(f"\nwrote {json_path}" + (f"\nwrote {fig_path}" if fig_path else ""))
-    if fig_path is None:
-        print("figure skipped: matplotlib is not installed (pip install 'rdk-theory[plot]')",
-              file=sys.stderr)
+    if skipped is not None:
+        print(f"figure skipped: {import_failure(skipped)}", file=sys.stderr)
     return 0
 
 

@@ -13,6 +13,7 @@ import time
 
 import numpy as np
 
+from rdk_theory._optional import import_failure
 from rdk_theory._progress import progress
 from rdk_theory.proposals import SAMPLERS
 from rdk_theory.validation import InputError, int_at_least
@@ -370,9 +371,8 @@ def _figure_path(text):
     fmt = os.path.splitext(path)[1][1:].lower()
     try:
         from matplotlib.figure import Figure
-    except ImportError:
-        raise argparse.ArgumentTypeError("figures need matplotlib: pip install "
-                                         "'rdk-theory[plot]'") from None
+    except ImportError as exc:
+        raise argparse.ArgumentTypeError(f"figures need matplotlib: {import_failure(exc)}") from None
     formats = set(Figure().canvas.get_supported_filetypes()) - {"pgf"}  # pgf needs LaTeX
     if fmt not in formats:
         raise argparse.ArgumentTypeError(f"{text!r}: this cannot write .{fmt} figures; "

@@ -569,3 +569,34 @@ def test_report_without_matplotlib_writes_the_json_and_says_the_figure_was_skipp
     assert not (tmp_path / "acceptance_vs_kept.png").exists()
     assert "wrote" in out and "acceptance_vs_kept.png" not in out
     assert "figure skipped: matplotlib is not installed" in err
+
+
+def test_report_says_why_an_installed_matplotlib_failed_to_import(tmp_path, capsys, monkeypatch):
+    """matplotlib present but broken (here: one of its own imports fails) is not "not
+    installed": the message gives the import error, and the JSON is still written."""
+    from rdk_theory import report
+
+    def broken(*_):
+        raise ImportError("numpy.core.multiarray failed to import")
+
+    monkeypatch.setattr(report, "plot_report", broken)
+    assert main(["report", "--source", "synthetic", "--quick", "--vocab", "24", "--keep", "1,0.5",
+                 "--out", str(tmp_path)]) == 0
+    err = capsys.readouterr().err
+    assert (tmp_path / "report.json").exists()
+    assert ("figure skipped: matplotlib could not be imported: numpy.core.multiarray failed to "
+            "import") in err and "not installed" not in err
+
+
+def test_import_failure_tells_absent_from_broken():
+    from rdk_theory._optional import import_failure
+
+    absent = ModuleNotFoundError("No module named 'matplotlib'", name="matplotlib")
+    sub = ModuleNotFoundError("No module named 'matplotlib.pyplot'", name="matplotlib.pyplot")
+    dep = ModuleNotFoundError("No module named 'kiwisolver'", name="kiwisolver")
+    assert import_failure(absent) == "matplotlib is not installed (pip install 'rdk-theory[plot]')"
+    assert import_failure(sub) == \
+        "matplotlib could not be imported: No module named 'matplotlib.pyplot'"
+    assert import_failure(dep) == "matplotlib could not be imported: No module named 'kiwisolver'"
+    assert import_failure(ImportError("DLL load failed")) == \
+        "matplotlib could not be imported: DLL load failed"

@@ -98,6 +98,35 @@ def test_bad_input_exits_2_with_one_line(capsys, tmp_path, argv):
     assert out == ""  # refused before the run: nothing computed and then lost
 
 
+@pytest.mark.parametrize("module, why", [
+    (None, "matplotlib is not installed (pip install 'rdk-theory[plot]')"),
+    ("broken", "matplotlib could not be imported: "),
+])
+def test_figure_without_a_usable_matplotlib_is_refused_before_the_run(
+        capsys, tmp_path, monkeypatch, module, why):
+    """``--figure`` where matplotlib is absent, or present but failing to import: exit 2 before
+    any computation, with the reason (the pip command only where it is the fix)."""
+    import builtins
+    import sys
+
+    if module is None:  # as if not installed: Python names the package itself
+        real_import = builtins.__import__
+
+        def no_matplotlib(name, *args, **kwargs):
+            if name.split(".")[0] == "matplotlib":
+                raise ModuleNotFoundError("No module named 'matplotlib'", name="matplotlib")
+            return real_import(name, *args, **kwargs)
+
+        monkeypatch.setattr(builtins, "__import__", no_matplotlib)
+    else:  # installed, but a submodule cannot be imported
+        monkeypatch.setitem(sys.modules, "matplotlib.figure", None)
+    rc, out, err = _run(capsys, "speedup", "--figure", str(tmp_path / "x.png"))
+    assert rc == 2 and out == "" and len(err.strip().splitlines()) == 1, err
+    assert err.startswith("error: ") and why in err, err
+    if module is not None:
+        assert "not installed" not in err
+
+
 def test_a_figure_path_without_suffix_is_written_as_png_and_named_so(capsys, tmp_path):
     rc, out, _ = _run(capsys, "speedup", "--alpha", "0.8", "--figure", str(tmp_path / "fig"))
     assert rc == 0 and (tmp_path / "fig.png").stat().st_size > 1000
