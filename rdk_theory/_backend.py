@@ -92,7 +92,7 @@ def safe_divide(num, den):
     if is_torch(num):
         import torch
 
-        return num / torch.where(den > 0, den, torch.full_like(den, float("inf")))
+        return num / torch.where(den > 0, den, float("inf"))  # a python float: int den too
     if is_exact(num):
         den_b = np.broadcast_to(den, num.shape)
         out = np.empty(num.shape, dtype=object)

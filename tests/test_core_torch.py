@@ -111,6 +111,10 @@ def test_torch_safe_divide_and_the_clip_check_at_the_edges(device):
     want = np.array([[0.25, 0.75], [0.0, 0.0], [0.25, 0.75]])
     np.testing.assert_array_equal(rt._backend.safe_divide(num, den), want)
     np.testing.assert_array_equal(rt._backend.safe_divide(tp(num), tp(den)).cpu().numpy(), want)
+    counts = torch.tensor([[0, 2, 2], [0, 0, 0]], device=device)  # integer tensors: true division
+    np.testing.assert_array_equal(
+        rt._backend.safe_divide(counts, counts.sum(-1, keepdim=True)).cpu().numpy(),
+        [[0.0, 0.5, 0.5], [0.0, 0.0, 0.0]])
     vm = rt.VocabMap(4, np.array([0, 1, -1]))
     q = tp([[0.5, 0.5, 0.0], [0.0, 0.0, 1.0]])  # the second row's mass is all off the target
     np.testing.assert_array_equal(rt.tli_proposal(q, vm).cpu().numpy(),
