@@ -11,7 +11,7 @@ import time
 
 import numpy as np
 
-from rdk_theory.commands import CASE_HELP, clipped_acceptance
+from rdk_theory.commands import CASE_HELP, clipped_acceptance, warn_ignored_options
 
 RAW = argparse.RawDescriptionHelpFormatter
 
@@ -132,6 +132,8 @@ def cmd_bounds(args) -> int:
 
     case = load_case(args.case)
     res = compute_bounds(case, kernel_name=args.kernel, tau=args.tau, lam=args.lam)
+    warn_ignored_options(args, f"--kernel {args.kernel}", kernel=True,
+                         tau=args.kernel == "covariance", lam=args.kernel == "marginal")
     if args.json:
         json.dump(res, sys.stdout)
         sys.stdout.write("\n")
@@ -172,7 +174,11 @@ def register_bounds(sub) -> None:
     p.add_argument("case", help="path to CASE.npz")
     p.add_argument("--kernel", choices=("identity", "marginal", "covariance", "dense"), default="identity",
                    help="kernel for exact RDK and the TV bound (default identity)")
-    p.add_argument("--tau", type=float, default=None, help="covariance softmax temperature")
-    p.add_argument("--lam", type=float, default=None, help="marginal kernel mixing weight in [0, 1]")
+    p.add_argument("--tau", type=float, default=None,
+                   help="covariance softmax temperature (--kernel covariance only; otherwise "
+                        "ignored with a warning)")
+    p.add_argument("--lam", type=float, default=None,
+                   help="marginal kernel mixing weight in [0, 1] (--kernel marginal only; "
+                        "otherwise ignored with a warning)")
     p.add_argument("--json", action="store_true", help="print one JSON object on stdout")
     p.set_defaults(func=cmd_bounds)

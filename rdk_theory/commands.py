@@ -39,7 +39,8 @@ def clipped_acceptance(p, r):
 
 def _add_kernel_options(p):
     g = p.add_argument_group("kernel options (exact RDK uses the kernel; first-order RDK "
-                             "approximates the covariance kernel)")
+                             "approximates the covariance kernel; an option the run does not "
+                             "use draws a warning on stderr)")
     g.add_argument("--kernel", choices=KERNEL_CHOICES, default=None,
                    help="identity (RDK = TLI), marginal (rank one, O(N)), covariance (softmax "
                         "of the calibration covariance: O(N^2 S) time, applied a block of rows "
@@ -53,10 +54,27 @@ def _add_kernel_options(p):
                         "mass outside the drafter's vocabulary")
 
 
+_ROLES = {"--kernel": "vanilla and TLI use no kernel",
+          "--tau": "it is the covariance kernel's temperature (--kernel covariance, and "
+                   "first-order RDK)",
+          "--lam": "it is the marginal kernel's mixing weight (--kernel marginal)"}
+
+
+def warn_ignored_options(args, context: str, *, kernel: bool, tau: bool, lam: bool) -> None:
+    """One stderr line per kernel option given but not used by this run, once the kernels are
+    built (a bad value is still an error first). The run and its output are unchanged: the
+    option is ignored, as before, but no longer silently."""
+    for opt, used in (("--kernel", kernel), ("--tau", tau), ("--lam", lam)):
+        if getattr(args, opt[2:]) is not None and not used:
+            print(f"warning: {opt} is ignored with {context}: {_ROLES[opt]}", file=sys.stderr)
+
+
 def cmd_acceptance(args) -> int:
     case = load_case(args.case)
     kind = args.kernel or "identity"
     kernel, first = kernels_for(case, kind, tau=args.tau, lam=args.lam)
+    warn_ignored_options(args, f"--kernel {kind}", kernel=True, tau=kind == "covariance",
+                  lam=kind == "marginal")
     props = build_proposals(case.draft_probs, case.vocab_map, kernel=kernel, first_order=first,
                             check=False)
     result = {}
@@ -94,8 +112,12 @@ def cmd_sample(args) -> int:
         raise InputError(f"--sampler rdk_first_order approximates the covariance kernel; "
                          f"--kernel {args.kernel} does not apply (omit it or use covariance)")
     kind = "covariance" if need_fo else args.kernel or "identity"
+    exact = args.sampler == "rdk_exact"
     kernel, first = kernels_for(case, kind, tau=args.tau, lam=args.lam,
-                                need_exact=args.sampler == "rdk_exact", need_first_order=need_fo)
+                                need_exact=exact, need_first_order=need_fo)
+    warn_ignored_options(args, f"--sampler {args.sampler}" + (f" --kernel {kind}" if exact else ""),
+                  kernel=exact or need_fo, tau=need_fo or (exact and kind == "covariance"),
+                  lam=exact and kind == "marginal")
     q = case.draft_probs[args.context: args.context + 1]
     props = build_proposals(q, case.vocab_map, kernel=kernel,
                             first_order=first, check=False)

@@ -152,6 +152,49 @@ def test_sample_tli_ignores_kernel_options(tmp_path, capsys):
     assert outs[0] == outs[1] == outs[2]
 
 
+@pytest.mark.parametrize("argv, ignored", [
+    (("acceptance", "--kernel", "identity", "--tau", "0.5", "--lam", "0.5"), ["--tau", "--lam"]),
+    (("acceptance", "--kernel", "marginal", "--tau", "0.5", "--lam", "0.5"), ["--tau"]),
+    (("acceptance", "--kernel", "covariance", "--tau", "0.5", "--lam", "0.5"), ["--lam"]),
+    (("acceptance", "--kernel", "dense", "--tau", "0.5"), ["--tau"]),
+    (("sample", "--sampler", "tli", "--kernel", "marginal", "--tau", "0.5"), ["--kernel", "--tau"]),
+    (("sample", "--sampler", "rdk_exact", "--kernel", "marginal", "--tau", "0.5", "--lam", "0.5"),
+     ["--tau"]),
+    (("sample", "--sampler", "rdk_first_order", "--tau", "0.5", "--lam", "0.5"), ["--lam"]),
+    (("bounds", "--kernel", "identity", "--lam", "0.5"), ["--lam"]),
+    (("bounds", "--kernel", "marginal", "--tau", "0.5", "--lam", "0.5"), ["--tau"]),
+    (("acceptance", "--kernel", "covariance", "--tau", "0.5"), []),
+    (("sample", "--sampler", "rdk_exact", "--kernel", "marginal", "--lam", "0.5"), []),
+])
+def test_kernel_options_a_run_does_not_use_are_named_on_stderr(tmp_path, capsys, argv, ignored):
+    """A --kernel, --tau or --lam that the run does not use draws one 'warning:' line each on
+    stderr, and leaves stdout exactly as without it; options the run uses draw none."""
+    _write_case(tmp_path / "case.npz")
+    cmd, *rest = argv
+    extra = ("--context", "0", "--n", "200", "--seed", "3") if cmd == "sample" else ()
+    code, out, err = _run(capsys, cmd, str(tmp_path / "case.npz"), *rest, *extra, "--json")
+    assert code == 0, err
+    lines = err.strip().splitlines()
+    assert [ln.split()[1] for ln in lines] == ignored, err
+    assert all(ln.startswith("warning: ") and "is ignored with" in ln for ln in lines)
+    kept = []  # the same run without the ignored options prints the same JSON
+    it = iter(rest)
+    for a in it:
+        if a in ignored:
+            next(it)
+        else:
+            kept.append(a)
+    code, out_without, err_without = _run(capsys, cmd, str(tmp_path / "case.npz"), *kept, *extra,
+                                          "--json")
+    assert code == 0 and out_without == out and err_without == ""
+
+
+def test_an_ignored_but_invalid_kernel_option_is_still_one_error_line(tmp_path, capsys):
+    _write_case(tmp_path / "case.npz")
+    code, out, err = _run(capsys, "acceptance", str(tmp_path / "case.npz"), "--tau", "-1")
+    assert code == 2 and out == "" and err.strip().splitlines() == ["error: --tau must be > 0, got -1.0"]
+
+
 def _nan_target():
     p = np.random.default_rng(0).dirichlet(np.ones(12), size=3)
     p[1, 4] = np.nan
