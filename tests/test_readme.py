@@ -122,6 +122,14 @@ def test_readme_real_main_job_table_is_the_committed_run():
     assert table + "\n" == _main_job_blocks()[0]
 
 
+def _tokens_per_call(e):
+    return f"{e['tokens_per_call']:.2f}"
+
+
+def _accepts(e):
+    return f"{e['check']['measured_accepts']} vs {e['check']['predicted_accepts']:.1f}"
+
+
 def test_readme_timing_slopes_and_generation_figures_are_the_committed_run():
     """The validation paragraphs' log-log slopes and generation figures, in both READMEs, are
     ``results/cpu/report.json``'s (whitespace-normalised: the prose is rewrapped freely)."""
@@ -133,11 +141,7 @@ def test_readme_timing_slopes_and_generation_figures_are_the_committed_run():
     tli_hi, tli_lo = gen[(65536, "tli")], gen[(4096, "tli")]
     mar_hi, mar_lo = gen[(65536, "marginal")], gen[(4096, "marginal")]
 
-    def tpc(e):
-        return f"{e['tokens_per_call']:.2f}"
-
-    def acc(e):
-        return f"{e['check']['measured_accepts']} vs {e['check']['predicted_accepts']:.1f}"
+    tpc, acc = _tokens_per_call, _accepts
 
     top = " ".join(README.read_text().split())
     sub = " ".join((README.parent / "gpu_validation" / "README.md").read_text().split())
@@ -172,11 +176,7 @@ def test_readme_gpu_figures_are_the_committed_cuda_runs():
     gen = {(e["kept"], e["sampler"]): e for e in report["speculative"]}
     hi, lo = max(k for k, _ in gen), min(k for k, _ in gen)
 
-    def tpc(e):
-        return f"{e['tokens_per_call']:.2f}"
-
-    def acc(e):
-        return f"{e['check']['measured_accepts']} vs {e['check']['predicted_accepts']:.1f}"
+    tpc, acc = _tokens_per_call, _accepts
 
     sl = {k: f"{v:.2f}" for k, v in report["timing"]["slopes"].items()}
     timing = report["timing"]["rows"]
@@ -188,6 +188,16 @@ def test_readme_gpu_figures_are_the_committed_cuda_runs():
     after = [r["after_ratio"] for r in passes if r["batch"] == 1024]
     speed = [r["after_over_before"] for r in passes]
     assert all(r["max_abs_diff"] == 0 for r in passes)
+    profile = (cuda / "profile_before_after.txt").read_text()
+    kernels, gpu_us = {}, {}
+    for side in ("before", "after"):
+        m = re.search(rf"^{side}: (\d+) CUDA kernels, GPU time ([\d.]+) us$", profile, re.M)
+        kernels[side], gpu_us[side] = int(m.group(1)), round(float(m.group(2)))
+    pytest_counts = {}
+    for log in ("pytest_cuda.log", "pytest_cuda_edges.log"):
+        last = (cuda / log).read_text().strip().splitlines()[-1]
+        assert "failed" not in last and "error" not in last, last
+        pytest_counts[log] = int(re.search(r"(\d+) passed", last).group(1))
     fo_range, floor_range = f"{min(fo):.2f}-{max(fo):.2f}", f"{min(floor):.2f}-{max(floor):.2f}"
     sub = " ".join((README.parent / "gpu_validation" / "README.md").read_text().split())
     top = " ".join(README.read_text().split())
@@ -208,10 +218,21 @@ def test_readme_gpu_figures_are_the_committed_cuda_runs():
             + f" ms: linear in N and {min(ratio):.1f}-{max(ratio):.1f} times the floor",
             "batch 1 drops from " + " / ".join(f"{r['first_order_s'] * 1e3:.2f}" for r in one)
             + " ms to " + " / ".join(f"{r['first_order_graph_s'] * 1e3:.2f}" for r in one) + " ms",
-            f"{min(speed):.2f}-{max(speed):.2f}x of the old time over the 9 cells"):
+            f"{min(speed):.2f}-{max(speed):.2f}x of the old time over the 9 cells",
+            "and batch 64 at N = 32K from {:.2f} to {:.2f} ms".format(
+                *[(r["first_order_s"] * 1e3, r["first_order_graph_s"] * 1e3) for r in launch
+                  if (r["n"], r["batch"]) == (32768, 64)][0]),
+            "({:.2f} ms at 4K to {:.2f} ms at 32K, batch 64;".format(
+                *[r["dense_exact_s"] * 1e3 for r in timing if r["batch"] == 64
+                  and r["n"] in (4096, 32768)]),
+            f"{kernels['before']} -> {kernels['after']} kernels and {gpu_us['before']} -> "
+            f"{gpu_us['after']} us of GPU time",
+            f"gave {pytest_counts['pytest_cuda.log']} passed and 1 skipped",
+            f"more: {pytest_counts['pytest_cuda_edges.log']} passed"):
         assert phrase in sub, phrase
     for phrase in (
             f"all {report['n_checks']} checks pass",
+            f"The torch tests on `cuda` pass there too ({pytest_counts['pytest_cuda.log']} passed",
             f"takes {fo_range} ms per call from N = 4K to 262K at batch 1 and 64",
             f"(the floor takes {floor_range} ms)",
             f"linear in N and {min(ratio):.1f}-{max(ratio):.1f} times the floor "
@@ -236,3 +257,20 @@ def test_readme_benchmark_worst_ratio_tables_are_the_committed_json():
         assert worst in text, name
         if name == "results_cpu.json":
             assert table[:table.index("Worst ratio")] in text
+    host = json.loads((bench / "results_cpu_h200_host.json").read_text())["summary"]
+
+    def worst(method, *cells):
+        return [f"{host[method][c]['worst_ratio']:.2f}x" for c in cells]
+
+    every = ("batch1_cold", "batch1_hot", "batch64_cold", "batch64_hot")
+    r1, r2, r4 = (max(host[m][c]["worst_ratio"] for c in every)
+                  for m in ("first_order_r1_fused", "first_order_r2_fused",
+                            "first_order_r4_fused_f32"))
+    assert max(r1, r2, r4) < 3
+    blas = worst("first_order_S64_blas", *every)
+    prose = " ".join(text.split())
+    for phrase in (f"within 3x in every cell (worst {r1:.2f}x and {r2:.2f}x)",
+                   f"float32 factor (worst {r4:.2f}x)",
+                   f"on the blas engine ({blas[2]} cold, {blas[3]} hot), not at batch 1 "
+                   f"({blas[0]} cold, {blas[1]} hot)"):
+        assert phrase in prose, phrase
