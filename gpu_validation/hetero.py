@@ -95,7 +95,9 @@ def build_map(draft: TokenList, target: TokenList, normalisation: str = "bytes")
     """``draft_to_target`` by string: ``"bytes"`` (canonical strings, text tokens paired before
     byte-fallback twins, as the core's default) or ``"marker"`` (core)."""
     if normalisation == "marker":
-        return VocabMap.from_token_strings(draft.tokens, target.tokens, normalise="marker")
+        return VocabMap.from_token_strings(draft.tokens, target.tokens, normalise="marker",
+                                           draft_special_ids=draft.special_ids,
+                                           target_special_ids=target.special_ids)
     if normalisation == "bytes":
         return VocabMap(len(target.canonical), match_keys(draft.canonical, target.canonical,
                                                           draft.ranks, target.ranks))

@@ -92,7 +92,15 @@ def canonical_tokens(tokens: Sequence[str], special_ids: Iterable[int] = (),
     """Each token rewritten to its bytes (as ``str`` via ``surrogateescape``); special tokens
     prefixed with :data:`SPECIAL_PREFIX`. ``family`` is detected when not given."""
     family = family or token_family(tokens)
+    return mark_special([token_bytes(t, family).decode("utf-8", "surrogateescape")
+                         for t in tokens], tokens, special_ids)
+
+
+def mark_special(keys: Sequence[str], tokens: Sequence[str],
+                 special_ids: Iterable[int]) -> list[str]:
+    """``keys`` with the key of each special id replaced by :data:`SPECIAL_PREFIX` + its token
+    string, so that special tokens match only special tokens with the same string (an empty
+    string stays a hole and matches nothing)."""
     special = set(special_ids)
-    return [SPECIAL_PREFIX + t if i in special and t  # an empty string stays a hole
-            else token_bytes(t, family).decode("utf-8", "surrogateescape")
-            for i, t in enumerate(tokens)]
+    return [SPECIAL_PREFIX + t if i in special and t else k
+            for i, (k, t) in enumerate(zip(keys, tokens))]

@@ -21,7 +21,7 @@ from typing import Sequence
 import numpy as np
 
 from . import _backend as B
-from .tokens import canonical_tokens, detect_space_marker, match_ranks
+from .tokens import canonical_tokens, detect_space_marker, mark_special, match_ranks
 from .validation import (NEG_ATOL, InputError, as_count, as_draft_to_target, as_real_array,
                          host)
 
@@ -165,6 +165,10 @@ class VocabMap:
             generation does; it misses newline/tab/non-ASCII tokens across families;
           * ``"none"``: strings compared as given.
 
+        ``draft_special_ids`` / ``target_special_ids`` (ids in range, checked): in every mode
+        a special token matches only a special token with the same string, never a text
+        token that happens to be spelled like it.
+
         Tokens with equal keys (the strings compared) pair up in order: the drafter's first
         such token takes the target's first, the second the second, and drafter tokens left
         over map to ``-1`` (the map stays one-to-one). "First" is by id, except that with
@@ -177,6 +181,10 @@ class VocabMap:
             raise InputError("token lists must be non-empty")
         draft_tokens = _strings(draft_tokens, "draft_tokens")
         target_tokens = _strings(target_tokens, "target_tokens")
+        draft_special_ids = _ids_in_range(draft_special_ids, len(draft_tokens),
+                                          "draft_special_ids")
+        target_special_ids = _ids_in_range(target_special_ids, len(target_tokens),
+                                           "target_special_ids")
         draft_ranks = target_ranks = None
         if normalise == "bytes":
             draft_keys = canonical_tokens(draft_tokens, draft_special_ids)
@@ -192,8 +200,23 @@ class VocabMap:
             draft_keys, target_keys = list(draft_tokens), list(target_tokens)
         else:
             raise InputError(f"normalise must be 'bytes', 'marker' or 'none', got {normalise!r}")
+        if normalise != "bytes":  # canonical_tokens has marked them already
+            draft_keys = mark_special(draft_keys, draft_tokens, draft_special_ids)
+            target_keys = mark_special(target_keys, target_tokens, target_special_ids)
         mapped = match_keys(draft_keys, target_keys, draft_ranks, target_ranks)
         return cls(len(target_tokens), mapped)
+
+
+def _ids_in_range(ids, n: int, name: str) -> list[int]:
+    """``ids`` as a list of ints in ``[0, n)``; anything else is an :class:`InputError`."""
+    arr = np.asarray(host(sorted(ids) if isinstance(ids, (set, frozenset)) else ids))
+    if arr.size and (arr.ndim != 1 or arr.dtype.kind not in "iu"):
+        raise InputError(f"{name} must be a 1-D list of integer ids, got {arr.dtype} "
+                         f"of shape {arr.shape}")
+    bad = arr[(arr < 0) | (arr >= n)] if arr.size else arr
+    if bad.size:
+        raise InputError(f"{name} holds {int(bad[0])}, outside the {n} token ids (0..{n - 1})")
+    return [int(i) for i in arr]
 
 
 def _strings(tokens, name: str) -> list[str]:

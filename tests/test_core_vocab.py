@@ -64,6 +64,45 @@ def test_bytes_normalisation_matches_newlines_and_refuses_false_friends():
         rt.VocabMap.from_token_strings(draft, target, normalise="unicode")
 
 
+@pytest.mark.parametrize("normalise", ["bytes", "marker", "none"])
+def test_special_tokens_match_only_special_tokens_in_every_mode(normalise):
+    """A drafter's special '<s>' does not pair with a target text token spelled '<s>' (nor
+    the other way round); two special '<s>' pair. Before, "marker" and "none" ignored the
+    special ids and paired them all."""
+    draft, target = ["<s>", "a", "<s>"], ["<s>", "a", "b"]
+    kw = dict(normalise=normalise)
+    both = rt.VocabMap.from_token_strings(draft, target, draft_special_ids=[0],
+                                          target_special_ids=[0], **kw)
+    assert list(both.draft_to_target) == [0, 1, -1]
+    draft_only = rt.VocabMap.from_token_strings(draft, target, draft_special_ids=[0, 2], **kw)
+    assert list(draft_only.draft_to_target) == [-1, 1, -1]
+    target_only = rt.VocabMap.from_token_strings(draft, target, target_special_ids=[0], **kw)
+    assert list(target_only.draft_to_target) == [-1, 1, -1]
+    text = rt.VocabMap.from_token_strings(draft, target, **kw)  # no special ids: plain text
+    assert list(text.draft_to_target) == [0, 1, -1]
+
+
+@pytest.mark.parametrize("kw, message", [
+    (dict(draft_special_ids=[3]), r"draft_special_ids holds 3, outside the 3 token ids \(0..2\)"),
+    (dict(target_special_ids=[-1]), r"target_special_ids holds -1, outside the 3 token ids"),
+    (dict(draft_special_ids=[0.5]), r"draft_special_ids must be a 1-D list of integer ids"),
+    (dict(target_special_ids=[[0]]), r"target_special_ids must be a 1-D list of integer ids"),
+])
+def test_special_ids_out_of_range_or_not_integers_are_refused(kw, message):
+    for normalise in ("bytes", "marker", "none"):
+        with pytest.raises(rt.InputError, match=message):
+            rt.VocabMap.from_token_strings(["a", "b", "c"], ["a", "b", "c"], normalise=normalise,
+                                           **kw)
+
+
+def test_special_ids_may_be_a_set_or_a_tensor():
+    torch = pytest.importorskip("torch")
+    for ids in ({0}, frozenset({0}), torch.tensor([0]), np.array([0]), range(1)):
+        vm = rt.VocabMap.from_token_strings(["<s>", "a"], ["<s>", "a"], draft_special_ids=ids,
+                                            target_special_ids=ids, normalise="marker")
+        assert list(vm.draft_to_target) == [0, 1]
+
+
 def test_marker_rewrite_covers_every_marker_and_first_ids_win():
     """'ĠĠ' (two spaces) is '▁▁' in a SentencePiece vocabulary: every marker is rewritten. A
     target string listed twice keeps its first id, and of two drafter tokens that match the

@@ -73,6 +73,18 @@ def test_readme_validation_tables_are_the_committed_run():
     assert _table_rows(gpu) == want_cuda
 
 
+def test_gpu_validation_readme_hetero_table_is_the_committed_run():
+    """The whole printed block under "Heterogeneous tokenizers" (pair table and caps) is
+    ``summary_lines`` of ``results/hetero/hetero.json``."""
+    import json
+
+    from gpu_validation.hetero import summary_lines
+
+    report = json.loads((RESULTS / "hetero" / "hetero.json").read_text())
+    text = (README.parent / "gpu_validation" / "README.md").read_text()
+    assert "\n".join(summary_lines(report)) + "\n```" in text
+
+
 def test_gpu_validation_readme_hetero_caps_are_the_committed_run():
     import json
 
