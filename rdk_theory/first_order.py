@@ -210,7 +210,9 @@ class FirstOrderCovarianceKernel:
 
         When no entry is negative the vector already sums to ``sum q'`` (up to round-off) and is
         returned as is; either way the returned vector is the one to sample, divide by and
-        build the residual from.
+        build the residual from. On CUDA tensors inside a CUDA graph capture the clip makes no
+        host sync (same numbers; see :func:`_clip_without_sync`), so a decode step that calls
+        this after one eager warm-up can be captured.
 
         ``normalise=True``: ``q_prime`` is any non-negative ``r``, typically
         :func:`rdk_theory.vanilla_proposal` (the drafter's mass on the target's tokens), and the
@@ -229,6 +231,8 @@ class FirstOrderCovarianceKernel:
             q_prime = B.safe_divide(q_prime, B.total(q_prime, keepdims=True))
         out = self.transport_unclipped(q_prime)
         if B.is_torch(out):
+            if _capturing(out):
+                return _clip_without_sync(out, q_prime)
             if out.numel() and bool(out.amin() < 0):  # one read; (out < 0).any() took two
                 out.clamp_min_(0)
                 out *= B.safe_divide(B.total(q_prime, keepdims=True), B.total(out, keepdims=True))
@@ -338,3 +342,31 @@ class FirstOrderCovarianceKernel:
         omega = self.factor.T @ self.factor / self.tau
         np.fill_diagonal(omega, 0.0)
         return float(np.abs(omega).max())
+
+
+def _capturing(t) -> bool:
+    """True while ``t``'s CUDA stream is being captured into a CUDA graph, where a host sync
+    (``bool(tensor)``) is an error."""
+    if not t.is_cuda:
+        return False
+    import torch
+
+    return torch.cuda.is_current_stream_capturing()
+
+
+def _clip_without_sync(out, q_prime):
+    """The clip of :meth:`FirstOrderCovarianceKernel.transport` with no host sync, for CUDA
+    graph capture: every step runs, and the rescale multiplies by exactly 1 when no entry of
+    the batch is negative. The same numbers as the eager clip (which skips the steps after
+    one sync; that is faster outside a graph, 22 kernels against 35 in
+    gpu_validation/README.md)."""
+    import torch
+
+    if not out.numel():
+        return out
+    negative = out.amin() < 0  # a 0-d tensor on the device, never read on the host
+    out.clamp_min_(0)
+    ratio = B.safe_divide(B.total(q_prime, keepdims=True), B.total(out, keepdims=True))
+    out.mul_(torch.where(negative, ratio, torch.ones_like(ratio)))
+    return out
+

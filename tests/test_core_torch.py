@@ -124,6 +124,50 @@ def test_torch_safe_divide_and_the_clip_check_at_the_edges(device):
     assert tuple(fo.transport(tp(np.zeros((0, cal.shape[1])))).shape) == (0, cal.shape[1])
 
 
+@pytest.mark.parametrize("tau", [1e-6, 1.0])  # clipped rows, and none
+def test_the_clip_without_host_sync_gives_the_eager_numbers(monkeypatch, tau):
+    """Inside a CUDA graph capture the first-order clip runs without a host sync; here that
+    path is forced on CPU tensors and must give the eager clip's numbers exactly, for a batch
+    with negative entries (every step applied) and one without (the rescale is by exactly 1)."""
+    from rdk_theory import first_order
+
+    cal, _, q, vm = _case(seed=5)
+    fo = rt.FirstOrderCovarianceKernel(cal, tau)
+    qp = torch.as_tensor(rt.tli_proposal(q, vm))
+    negative = bool((fo.transport_unclipped(qp) < 0).any())
+    assert negative == (tau < 1)  # the regime under test
+    eager = fo.transport(qp.clone())
+    monkeypatch.setattr(first_order, "_capturing", lambda t: True)
+    np.testing.assert_array_equal(fo.transport(qp.clone()).numpy(), eager.numpy())
+    assert tuple(fo.transport(qp[:0].clone()).shape) == (0, qp.shape[1])
+
+
+@pytest.mark.gpu
+def test_first_order_proposal_and_acceptance_replay_in_a_cuda_graph():
+    """``rdk_proposal_with_acceptance(..., check=False)`` on CUDA tensors can be captured in a
+    CUDA graph after one warm-up call (device copies of the kernel and the map made there);
+    replayed on new drafter rows it gives the eager numbers, clipped rows included."""
+    cal, p, q, vm = _case(seed=6)
+    fo = rt.FirstOrderCovarianceKernel(cal, 1e-6)
+    tp = lambda a: torch.as_tensor(a, dtype=torch.float64, device="cuda")  # noqa: E731
+    static_p, static_q = tp(p), tp(q)
+    side = torch.cuda.Stream()
+    side.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(side):  # warm-up off the capture, as torch.cuda.graphs asks
+        rt.rdk_proposal_with_acceptance(static_p, static_q, vm, fo, check=False)
+    torch.cuda.current_stream().wait_stream(side)
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        out, alpha = rt.rdk_proposal_with_acceptance(static_p, static_q, vm, fo, check=False)
+    q2 = np.random.default_rng(7).dirichlet(np.full(q.shape[1], 0.3), size=q.shape[0])
+    static_q.copy_(tp(q2))
+    graph.replay()
+    want, a_want = rt.rdk_proposal_with_acceptance(p, q2, vm, fo)
+    assert np.mean(fo.transport_unclipped(rt.tli_proposal(q2, vm)).min(-1) < 0) > 0.5
+    assert_close(out.cpu().numpy(), want, atol=TORCH_FLOAT64_ATOL)
+    assert_close(alpha.cpu().numpy(), a_want, atol=TORCH_FLOAT64_ATOL)
+
+
 def test_torch_input_follows_the_numpy_validation_rules():
     """Round-off negatives down to -1e-12 read as 0 (in a copy); complex tensors are refused
     with an InputError, as for numpy."""

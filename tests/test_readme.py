@@ -206,7 +206,7 @@ def test_readme_gpu_figures_are_the_committed_cuda_runs():
         m = re.search(rf"^{side}: (\d+) CUDA kernels, GPU time ([\d.]+) us$", profile, re.M)
         kernels[side], gpu_us[side] = int(m.group(1)), round(float(m.group(2)))
     pytest_counts = {}
-    for log in ("pytest_cuda.log", "pytest_cuda_edges.log"):
+    for log in ("pytest_cuda.log", "pytest_cuda_edges.log", "pytest_cuda_graph.log"):
         last = (cuda / log).read_text().strip().splitlines()[-1]
         assert "failed" not in last and "error" not in last, last
         pytest_counts[log] = int(re.search(r"(\d+) passed", last).group(1))
@@ -240,11 +240,18 @@ def test_readme_gpu_figures_are_the_committed_cuda_runs():
             f"{kernels['before']} -> {kernels['after']} kernels and {gpu_us['before']} -> "
             f"{gpu_us['after']} us of GPU time",
             f"gave {pytest_counts['pytest_cuda.log']} passed and 1 skipped",
-            f"more: {pytest_counts['pytest_cuda_edges.log']} passed"):
+            f"more: {pytest_counts['pytest_cuda_edges.log']} passed",
+            f"first-order proposal (README, \"CUDA graphs\"): "
+            f"{pytest_counts['pytest_cuda_graph.log']} passed"):
         assert phrase in sub, phrase
     for phrase in (
             f"all {report['n_checks']} checks pass",
             f"The torch tests on `cuda` pass there too ({pytest_counts['pytest_cuda.log']} passed",
+            "Replayed, batch 1 costs {:.2f}-{:.2f} ms instead of {:.2f}-{:.2f} ms eagerly".format(
+                min(r["first_order_graph_s"] for r in one) * 1e3,
+                max(r["first_order_graph_s"] for r in one) * 1e3,
+                min(r["first_order_s"] for r in one) * 1e3,
+                max(r["first_order_s"] for r in one) * 1e3),
             f"takes {fo_range} ms per call from N = 4K to 262K at batch 1 and 64",
             f"(the floor takes {floor_range} ms)",
             f"linear in N and {min(ratio):.1f}-{max(ratio):.1f} times the floor "
