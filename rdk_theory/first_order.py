@@ -345,8 +345,10 @@ class FirstOrderCovarianceKernel:
 
 
 def _capturing(t) -> bool:
-    """True while ``t``'s CUDA stream is being captured into a CUDA graph, where a host sync
-    (``bool(tensor)``) is an error."""
+    """True while the current CUDA stream is being captured into a CUDA graph, where a host
+    sync (``bool(tensor)``) is an error. That is the current device's stream, where
+    ``torch.cuda.graph`` captures (a tensor on another device inside a capture is not a case
+    handled here; this form is the one tested on a GPU)."""
     if not t.is_cuda:
         return False
     import torch
@@ -357,8 +359,9 @@ def _capturing(t) -> bool:
 def _clip_without_sync(out, q_prime):
     """The clip of :meth:`FirstOrderCovarianceKernel.transport` with no host sync, for CUDA
     graph capture: every step runs, and the rescale multiplies by exactly 1 when no entry of
-    the batch is negative. The same numbers as the eager clip (which skips the steps after
-    one sync; that is faster outside a graph, 22 kernels against 35 in
+    the batch is negative. For finite input the same numbers as the eager clip, which reads
+    ``amin < 0`` on the host and skips the steps when it is false: faster outside a graph
+    (a sync-free variant measured before this one took 35 kernels against the eager 22,
     gpu_validation/README.md)."""
     import torch
 
@@ -369,4 +372,3 @@ def _clip_without_sync(out, q_prime):
     ratio = B.safe_divide(B.total(q_prime, keepdims=True), B.total(out, keepdims=True))
     out.mul_(torch.where(negative, ratio, torch.ones_like(ratio)))
     return out
-

@@ -247,7 +247,7 @@ def test_readme_gpu_figures_are_the_committed_cuda_runs():
     for phrase in (
             f"all {report['n_checks']} checks pass",
             f"The torch tests on `cuda` pass there too ({pytest_counts['pytest_cuda.log']} passed",
-            "Replayed, batch 1 costs {:.2f}-{:.2f} ms instead of {:.2f}-{:.2f} ms eagerly".format(
+            "replayed, batch 1 costs {:.2f}-{:.2f} ms instead of {:.2f}-{:.2f} ms eagerly".format(
                 min(r["first_order_graph_s"] for r in one) * 1e3,
                 max(r["first_order_graph_s"] for r in one) * 1e3,
                 min(r["first_order_s"] for r in one) * 1e3,
