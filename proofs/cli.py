@@ -128,12 +128,11 @@ def compute_bounds(case, *, kernel_name: str = "identity", tau=None, lam=None) -
 
 
 def cmd_bounds(args) -> int:
-    from rdk_theory.case import load_case
+    from rdk_theory.case import kernel_options_used, load_case
 
     case = load_case(args.case)
     res = compute_bounds(case, kernel_name=args.kernel, tau=args.tau, lam=args.lam)
-    warn_ignored_options(args, f"--kernel {args.kernel}", kernel=True,
-                         tau=args.kernel == "covariance", lam=args.kernel == "marginal")
+    warn_ignored_options(args, f"--kernel {args.kernel}", kernel_options_used(args.kernel))
     if args.json:
         json.dump(res, sys.stdout)
         sys.stdout.write("\n")

@@ -154,6 +154,19 @@ def kernels_for(case: Case, kind: str = "identity", *, tau: float | None = None,
     return kernel, first
 
 
+def kernel_options_used(kind: str = "identity", *, need_exact: bool = True,
+                        need_first_order: bool | None = None) -> dict:
+    """Which of ``--kernel``, ``--tau`` and ``--lam`` a :func:`kernels_for` call with these
+    arguments reads (the CLI warns about the others): ``tau`` sets the covariance kernel and
+    the first-order one, ``lam`` the marginal kernel, and the kernel kind matters only when a
+    kernel is built."""
+    if need_first_order is None:
+        need_first_order = kind == "covariance"
+    return {"--kernel": need_exact or need_first_order,
+            "--tau": need_first_order or (need_exact and kind == "covariance"),
+            "--lam": need_exact and kind == "marginal"}
+
+
 def _exact_kernel(case: Case, kind: str, tau, lam):
     if kind == "identity":
         return IdentityKernel()

@@ -8,7 +8,7 @@ import sys
 import numpy as np
 
 from .acceptance import acceptance_rate, oov_cap
-from .case import KERNEL_CHOICES, kernels_for, load_case
+from .case import KERNEL_CHOICES, kernel_options_used, kernels_for, load_case
 from .proposals import SAMPLERS, build_proposals
 from .sampling import COUNT_CHUNK, sample_counts
 from .validation import KERNEL_ATOL, NEG_ATOL, PROB_ATOL, InputError
@@ -60,21 +60,21 @@ _ROLES = {"--kernel": "vanilla and TLI use no kernel",
           "--lam": "it is the marginal kernel's mixing weight (--kernel marginal)"}
 
 
-def warn_ignored_options(args, context: str, *, kernel: bool, tau: bool, lam: bool) -> None:
-    """One stderr line per kernel option given but not used by this run, once the kernels are
-    built (a bad value is still an error first). The run and its output are unchanged: the
-    option is ignored, as before, but no longer silently."""
-    for opt, used in (("--kernel", kernel), ("--tau", tau), ("--lam", lam)):
-        if getattr(args, opt[2:]) is not None and not used:
-            print(f"warning: {opt} is ignored with {context}: {_ROLES[opt]}", file=sys.stderr)
+def warn_ignored_options(args, context: str, used: dict) -> None:
+    """One stderr line per kernel option given but not in ``used``
+    (:func:`rdk_theory.case.kernel_options_used`), once the kernels are built (a bad value
+    is still an error first). The run and its output are unchanged: the option is ignored,
+    as before, but no longer silently."""
+    for opt, role in _ROLES.items():
+        if getattr(args, opt[2:]) is not None and not used[opt]:
+            print(f"warning: {opt} is ignored with {context}: {role}", file=sys.stderr)
 
 
 def cmd_acceptance(args) -> int:
     case = load_case(args.case)
     kind = args.kernel or "identity"
     kernel, first = kernels_for(case, kind, tau=args.tau, lam=args.lam)
-    warn_ignored_options(args, f"--kernel {kind}", kernel=True, tau=kind == "covariance",
-                  lam=kind == "marginal")
+    warn_ignored_options(args, f"--kernel {kind}", kernel_options_used(kind))
     props = build_proposals(case.draft_probs, case.vocab_map, kernel=kernel, first_order=first,
                             check=False)
     result = {}
@@ -116,8 +116,7 @@ def cmd_sample(args) -> int:
     kernel, first = kernels_for(case, kind, tau=args.tau, lam=args.lam,
                                 need_exact=exact, need_first_order=need_fo)
     warn_ignored_options(args, f"--sampler {args.sampler}" + (f" --kernel {kind}" if exact else ""),
-                  kernel=exact or need_fo, tau=need_fo or (exact and kind == "covariance"),
-                  lam=exact and kind == "marginal")
+                         kernel_options_used(kind, need_exact=exact, need_first_order=need_fo))
     q = case.draft_probs[args.context: args.context + 1]
     props = build_proposals(q, case.vocab_map, kernel=kernel,
                             first_order=first, check=False)
@@ -168,7 +167,7 @@ def register_all(sub) -> None:
                     "sampler. rdk_exact uses --kernel (identity by default,\nwhich makes it "
                     "TLI); rdk_first_order always approximates the covariance kernel (it "
                     "needs\ncalibration_probs); vanilla and tli use no kernel and ignore the "
-                    "kernel options.",
+                    "kernel options\n(with a warning on stderr).",
         epilog=CASE_HELP + "\n\nexample:\n  rdk-theory sample case.npz --sampler "
                "rdk_first_order --context 0 --n 100000 --seed 1 --json\n  -> {\"counts\": "
                "[N_T ints], \"accepted\": int, \"n\": 100000}")

@@ -208,8 +208,16 @@ class VocabMap:
 
 
 def _ids_in_range(ids, n: int, name: str) -> list[int]:
-    """``ids`` as a list of ints in ``[0, n)``; anything else is an :class:`InputError`."""
-    arr = np.asarray(host(sorted(ids) if isinstance(ids, (set, frozenset)) else ids))
+    """``ids`` (any iterable of ints, an array or a tensor) as a list of ints in ``[0, n)``;
+    anything else is an :class:`InputError`."""
+    ids = host(ids)
+    if not isinstance(ids, np.ndarray):
+        ids = list(ids)
+        ids = sorted(ids) if all(isinstance(i, (int, np.integer)) for i in ids) else ids
+    try:
+        arr = np.asarray(ids)
+    except ValueError:  # ragged
+        arr = np.asarray(ids, dtype=object)
     if arr.size and (arr.ndim != 1 or arr.dtype.kind not in "iu"):
         raise InputError(f"{name} must be a 1-D list of integer ids, got {arr.dtype} "
                          f"of shape {arr.shape}")

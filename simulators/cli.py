@@ -372,7 +372,7 @@ def _figure_path(text):
     try:
         from matplotlib.figure import Figure
     except ImportError as exc:
-        raise argparse.ArgumentTypeError(f"figures need matplotlib: {import_failure(exc)}") from None
+        raise argparse.ArgumentTypeError(f"cannot write figures: {import_failure(exc)}") from None
     formats = set(Figure().canvas.get_supported_filetypes()) - {"pgf"}  # pgf needs LaTeX
     if fmt not in formats:
         raise argparse.ArgumentTypeError(f"{text!r}: this cannot write .{fmt} figures; "

@@ -87,6 +87,8 @@ def test_special_tokens_match_only_special_tokens_in_every_mode(normalise):
     (dict(target_special_ids=[-1]), r"target_special_ids holds -1, outside the 3 token ids"),
     (dict(draft_special_ids=[0.5]), r"draft_special_ids must be a 1-D list of integer ids"),
     (dict(target_special_ids=[[0]]), r"target_special_ids must be a 1-D list of integer ids"),
+    (dict(target_special_ids=[[0], 1]), r"target_special_ids must be a 1-D list of integer ids"),
+    (dict(draft_special_ids={0, "a"}), r"draft_special_ids must be a 1-D list of integer ids"),
 ])
 def test_special_ids_out_of_range_or_not_integers_are_refused(kw, message):
     for normalise in ("bytes", "marker", "none"):
@@ -95,12 +97,14 @@ def test_special_ids_out_of_range_or_not_integers_are_refused(kw, message):
                                            **kw)
 
 
-def test_special_ids_may_be_a_set_or_a_tensor():
-    torch = pytest.importorskip("torch")
-    for ids in ({0}, frozenset({0}), torch.tensor([0]), np.array([0]), range(1)):
-        vm = rt.VocabMap.from_token_strings(["<s>", "a"], ["<s>", "a"], draft_special_ids=ids,
-                                            target_special_ids=ids, normalise="marker")
-        assert list(vm.draft_to_target) == [0, 1]
+@pytest.mark.parametrize("ids", [{0}, frozenset({0}), np.array([0]), range(1), [0],
+                                 {0: "<s>"}.keys(), (i for i in [0]), "torch"])
+def test_special_ids_may_be_any_iterable_of_ints(ids):
+    if ids == "torch":
+        ids = pytest.importorskip("torch").tensor([0])
+    vm = rt.VocabMap.from_token_strings(["<s>", "a"], ["<s>", "a"], draft_special_ids=ids,
+                                        target_special_ids=[0], normalise="marker")
+    assert list(vm.draft_to_target) == [0, 1]
 
 
 def test_marker_rewrite_covers_every_marker_and_first_ids_win():
