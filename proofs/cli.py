@@ -11,7 +11,8 @@ import time
 
 import numpy as np
 
-from rdk_theory.commands import CASE_HELP, clipped_acceptance, warn_ignored_options
+from rdk_theory.commands import (CASE_HELP, add_kernel_options, clipped_acceptance,
+                                 warn_ignored_options)
 
 RAW = argparse.RawDescriptionHelpFormatter
 
@@ -131,8 +132,9 @@ def cmd_bounds(args) -> int:
     from rdk_theory.case import kernel_options_used, load_case
 
     case = load_case(args.case)
-    res = compute_bounds(case, kernel_name=args.kernel, tau=args.tau, lam=args.lam)
-    warn_ignored_options(args, f"--kernel {args.kernel}", kernel_options_used(args.kernel))
+    kind = args.kernel or "identity"
+    res = compute_bounds(case, kernel_name=kind, tau=args.tau, lam=args.lam)
+    warn_ignored_options(args, f"--kernel {kind}", kernel_options_used(kind))
     if args.json:
         json.dump(res, sys.stdout)
         sys.stdout.write("\n")
@@ -171,13 +173,6 @@ def register_bounds(sub) -> None:
                "\"rdk_exact\": ...}, \"best_mixing\": {\"lam\": ..., \"mean_alpha\": ...}, "
                "\"best_static_kernel\": {\"mean_alpha\": ...}, ...}")
     p.add_argument("case", help="path to CASE.npz")
-    p.add_argument("--kernel", choices=("identity", "marginal", "covariance", "dense"), default="identity",
-                   help="kernel for exact RDK and the TV bound (default identity)")
-    p.add_argument("--tau", type=float, default=None,
-                   help="covariance softmax temperature (--kernel covariance only; otherwise "
-                        "ignored with a warning)")
-    p.add_argument("--lam", type=float, default=None,
-                   help="marginal kernel mixing weight in [0, 1] (--kernel marginal only; "
-                        "otherwise ignored with a warning)")
+    add_kernel_options(p, "the kernel of exact RDK and of the TV bound")
     p.add_argument("--json", action="store_true", help="print one JSON object on stdout")
     p.set_defaults(func=cmd_bounds)

@@ -37,10 +37,12 @@ def clipped_acceptance(p, r):
     return np.clip(acceptance_rate(p, r, check=False), 0.0, 1.0)
 
 
-def _add_kernel_options(p):
-    g = p.add_argument_group("kernel options (exact RDK uses the kernel; first-order RDK "
-                             "approximates the covariance kernel; an option the run does not "
-                             "use draws a warning on stderr)")
+def add_kernel_options(p, title: str = "exact RDK uses the kernel; first-order RDK "
+                                       "approximates the covariance kernel"):
+    """``--kernel``, ``--tau`` and ``--lam`` (default None: identity, the default tau, the
+    calibration lambda), as one argument group of parser ``p``."""
+    g = p.add_argument_group(f"kernel options ({title}; an option the run does not use "
+                             "draws a warning on stderr)")
     g.add_argument("--kernel", choices=KERNEL_CHOICES, default=None,
                    help="identity (RDK = TLI), marginal (rank one, O(N)), covariance (softmax "
                         "of the calibration covariance: O(N^2 S) time, applied a block of rows "
@@ -154,7 +156,7 @@ def register_all(sub) -> None:
                "covariance --json\n  -> {\"vanilla\": {\"mean\": ..., \"per_context\": [...]}, "
                "\"tli\": ..., \"rdk_exact\": ..., \"rdk_first_order\": ...}")
     p.add_argument("case", help="path to CASE.npz")
-    _add_kernel_options(p)
+    add_kernel_options(p)
     p.add_argument("--json", action="store_true", help="print one JSON object on stdout")
     p.set_defaults(func=cmd_acceptance)
 
@@ -180,7 +182,7 @@ def register_all(sub) -> None:
                         "(memory stays flat, a progress bar shows on a terminal)")
     s.add_argument("--seed", type=int, required=True,
                    help="seed of numpy's default_rng, >= 0 (same seed, same output)")
-    _add_kernel_options(s)
+    add_kernel_options(s)
     s.add_argument("--json", action="store_true", help="print one JSON object on stdout")
     s.set_defaults(func=cmd_sample)
 
