@@ -212,8 +212,7 @@ def _ids_in_range(ids, n: int, name: str) -> list[int]:
     anything else is an :class:`InputError`."""
     ids = host(ids)
     if not isinstance(ids, np.ndarray):
-        ids = list(ids)
-        ids = sorted(ids) if all(isinstance(i, (int, np.integer)) for i in ids) else ids
+        ids = list(ids)  # sets, generators, dict keys: the order does not matter
     try:
         arr = np.asarray(ids)
     except ValueError:  # ragged
