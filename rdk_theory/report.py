@@ -37,6 +37,8 @@ DEFAULT_KEEP = (1.0, 0.5, 0.25, 0.1, 0.05)
 TAU_MULTIPLIERS = (1e-4, 3e-4, 1e-3, 3e-3, 1e-2, 1e-1, 1.0)
 #: Smallest synthetic vocabulary: one topic of :func:`rdk_theory.synthetic.zipfian_lm` (24).
 MIN_VOCAB = 24
+#: Synthetic vocabulary size when ``--vocab`` is not given.
+DEFAULT_VOCAB = 2048
 
 
 def _mean_alpha(p, r):
@@ -163,21 +165,32 @@ def _parse_keep(text: str):
     return vals
 
 
+def _synthetic_vocab(args) -> int:
+    """The synthetic LM's vocabulary size N for ``args`` (``--vocab``, capped at 1024 by
+    ``--quick``), or InputError when it is below one topic or too large for the dense kernel."""
+    vocab = DEFAULT_VOCAB if args.vocab is None else args.vocab
+    if vocab < MIN_VOCAB:
+        raise InputError(f"--vocab must be >= {MIN_VOCAB} (one topic of the synthetic LM), "
+                         f"got {vocab}")
+    n = min(vocab, 1024) if args.quick else vocab
+    if 2 * 8 * n**2 > DENSE_KERNEL_MAX_BYTES:
+        raise InputError(f"--vocab {n} is too large for the exact dense covariance kernel "
+                         f"(two N x N float64 matrices must fit in "
+                         f"{DENSE_KERNEL_MAX_BYTES / 2**30:.0f} GiB)")
+    return n
+
+
 def cmd_report(args) -> int:
     keep = _parse_keep(args.keep)
     args.keep_fractions = keep
     if os.path.exists(args.out) and not os.path.isdir(args.out):
         raise InputError(f"--out {args.out} exists and is not a directory")
-    n = min(args.vocab, 1024) if args.quick else args.vocab
-    if args.source != "real" and 2 * 8 * n**2 > DENSE_KERNEL_MAX_BYTES:
-        raise InputError(f"--vocab {n} is too large for the exact dense covariance kernel "
-                         f"(two N x N float64 matrices must fit in "
-                         f"{DENSE_KERNEL_MAX_BYTES / 2**30:.0f} GiB)")
-    if args.vocab < MIN_VOCAB:
-        raise InputError(f"--vocab must be >= {MIN_VOCAB} (one topic of the synthetic LM), "
-                         f"got {args.vocab}")
     if args.seed < 0:
         raise InputError(f"--seed must be >= 0, got {args.seed}")
+    # --vocab sizes the synthetic LM only: checked before any work when the source is
+    # synthetic, and under auto only once the real pair turned out not to be fetched
+    if args.source == "synthetic":
+        n = _synthetic_vocab(args)
     report = None
     if args.source in ("auto", "real"):
         source = _real_source()
@@ -189,7 +202,12 @@ def cmd_report(args) -> int:
         if report is None:
             print("real models not fetched ('rdk-theory models fetch'): using the synthetic "
                   "Zipfian LM", file=sys.stderr)
+        elif args.vocab is not None:
+            print(f"warning: --vocab {args.vocab} ignored: it sizes the synthetic LM, and the "
+                  "real model pair has its own vocabulary (--source synthetic uses it)",
+                  file=sys.stderr)
     if report is None:
+        n = _synthetic_vocab(args)
         report = synthetic_report(n=n, contexts=32 if args.quick else 64,
                                   calibration=128 if args.quick else 256, keep=keep,
                                   seed=args.seed)
@@ -229,8 +247,10 @@ def register(sub) -> None:
     p.add_argument("--keep", default=",".join(str(k) for k in DEFAULT_KEEP),
                    help="comma-separated fractions of the drafter vocabulary to keep "
                         "(default: %(default)s)")
-    p.add_argument("--vocab", type=int, default=2048, help="synthetic vocabulary size N, at "
-                   f"least {MIN_VOCAB} (default 2048; the exact covariance kernel is N x N)")
+    p.add_argument("--vocab", type=int, default=None, help="synthetic vocabulary size N, at "
+                   f"least {MIN_VOCAB} (default {DEFAULT_VOCAB}; the exact covariance kernel is "
+                   "N x N). The real pair has its own vocabulary: there --vocab is ignored, "
+                   "with a warning")
     p.add_argument("--seed", type=int, default=0, help="random seed, >= 0 (default 0)")
     p.add_argument("--quick", action="store_true",
                    help="smaller sizes, for a fast look: 32 contexts, 128 calibration rows, "

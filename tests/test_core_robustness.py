@@ -600,3 +600,27 @@ def test_import_failure_tells_absent_from_broken():
     assert import_failure(dep) == "matplotlib could not be imported: No module named 'kiwisolver'"
     assert import_failure(ImportError("DLL load failed")) == \
         "matplotlib could not be imported: DLL load failed"
+
+
+def test_report_vocab_sizes_the_synthetic_lm_only(tmp_path, capsys, monkeypatch):
+    """--vocab applies to the synthetic source. With a real source that reports (stubbed here:
+    a one-row report), an out-of-range --vocab is not an error but a warning that it was
+    ignored; without --vocab there is no warning; when the real pair is not fetched (the
+    source returns None), auto falls back to the synthetic LM and --vocab is checked there."""
+    import rdk_theory.report as report_mod
+
+    row = {"keep_fraction": 1.0, "kept": 10, "oov_cap": 1.0, "vanilla": 0.5, "tli": 0.5}
+    real = {"source": "real (stub)", "keep_fractions": [1.0], "rows": [row]}
+    monkeypatch.setattr(report_mod, "_real_source", lambda: (lambda args: real))
+    for source in ("auto", "real"):
+        assert main(["report", "--source", source, "--vocab", "23", "--out", str(tmp_path)]) == 0
+        err = capsys.readouterr().err
+        assert "warning: --vocab 23 ignored" in err and "error" not in err
+        assert json.loads((tmp_path / "report.json").read_text())["source"] == "real (stub)"
+        assert main(["report", "--source", source, "--out", str(tmp_path)]) == 0
+        assert "--vocab" not in capsys.readouterr().err
+    monkeypatch.setattr(report_mod, "_real_source", lambda: (lambda args: None))
+    assert main(["report", "--vocab", "23", "--out", str(tmp_path)]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert err[0].startswith("real models not fetched")
+    assert err[1:] == ["error: --vocab must be >= 24 (one topic of the synthetic LM), got 23"]
