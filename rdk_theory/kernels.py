@@ -259,8 +259,10 @@ class CovarianceSoftmaxKernel:
     Time O(|support| N_T (S + C)) for C rows of ``q'`` (the dense kernel's product is
     O(C N_T^2), after O(N_T^2 S) to form it);
     the two agree to float64 round-off. ``block_bytes`` bounds one block of rows; a progress
-    bar shows on long calls (see :mod:`rdk_theory._progress`). numpy float64 only (a torch
-    tensor is computed in numpy on the CPU and returned on its device).
+    bar shows on long calls (see :mod:`rdk_theory._progress`). A torch ``q'`` is transported on
+    its own device in float64 (the factor is copied there once) and the result returned in its
+    dtype; gradients flow to ``q'`` (a ``q'`` that requires them has every row formed, not
+    only its support's: the derivative in a zero entry ``q'(i)`` is the row ``M[i, :]``).
     """
 
     def __init__(self, calibration_probs, tau: float, *, block_bytes: int = 64 * 2**20,
@@ -277,6 +279,7 @@ class CovarianceSoftmaxKernel:
             raise InputError(f"Omega / tau overflows at tau = {tau:g}: choose a larger tau")
         self.block_rows = max(1, int(block_bytes) // (8 * self.n))
         self.show_progress = show_progress
+        self._torch = _DeviceCache()
 
     def rows(self, rows):
         """``M[rows, :]`` (len(rows), N_T)."""
@@ -291,19 +294,26 @@ class CovarianceSoftmaxKernel:
         if B.is_torch(q_prime):
             import torch
 
-            out = self.transport(B.to_numpy(q_prime))
-            return torch.as_tensor(out, dtype=q_prime.dtype, device=q_prime.device)
-        q = np.asarray(q_prime, dtype=np.float64)
-        flat = q.reshape(-1, self.n)
-        support = np.flatnonzero((flat != 0).any(axis=0))
-        out = np.zeros_like(flat)
-        starts = range(0, support.size, self.block_rows)
+            # on the tensor's device, in float64 (as the numpy path), differentiable in q'
+            flat = q_prime.reshape(-1, self.n).to(torch.float64)
+            c = self._torch.get("factor", self.factor, flat)
+            # with a gradient to track, every row: d out / d q'(i) is M[i, :] also where q' = 0
+            support = (torch.arange(self.n, device=flat.device) if q_prime.requires_grad
+                       else torch.nonzero((flat != 0).any(dim=0)).flatten())
+            rows_of = lambda rows: torch.softmax((c[:, rows].T @ c) / self.tau, dim=1)  # noqa: E731
+        else:
+            flat = np.asarray(q_prime, dtype=np.float64).reshape(-1, self.n)
+            support = np.flatnonzero((flat != 0).any(axis=0))
+            rows_of = self.rows
+        out = B.zeros(flat, flat.shape)
+        starts = range(0, int(support.shape[0]), self.block_rows)
         for start in progress(starts, desc="exact covariance kernel, row blocks",
                               total=len(starts),
                               enabled=self.show_progress if len(starts) > 8 else False):
             rows = support[start:start + self.block_rows]
-            out += flat[:, rows] @ self.rows(rows)
-        return out.reshape(q.shape)
+            out = out + flat[:, rows] @ rows_of(rows)
+        out = out.reshape(q_prime.shape)
+        return out.to(q_prime.dtype) if B.is_torch(q_prime) else out
 
     def row_sums(self):
         """Each row is a softmax: sums to 1 up to round-off (checked on a sample of rows)."""

@@ -5,7 +5,7 @@ import pytest
 import rdk_theory as rt
 from tests.stats import assert_matches_law, assert_pvalue, binomial_pvalue
 from tests.test_mc_samplers import _case as mc_case
-from tests.tolerances import TORCH_FLOAT64_ATOL, assert_close
+from tests.tolerances import FLOAT32_ATOL, TORCH_FLOAT64_ATOL, assert_close
 
 torch = pytest.importorskip("torch")
 
@@ -199,3 +199,28 @@ def test_rdk_proposal_with_acceptance_agrees_on_torch(device):
             assert_close(got.cpu().numpy(), want, atol=TORCH_FLOAT64_ATOL)
             assert_close(a_got.cpu().numpy(), a_want, atol=TORCH_FLOAT64_ATOL)
         assert_close(rt.rdk_proposal(tp(q), vm, ker).cpu().numpy(), want, atol=TORCH_FLOAT64_ATOL)
+
+
+@pytest.mark.parametrize("device", [pytest.param(d, marks=pytest.mark.gpu if d == "cuda" else ())
+                                    for d in DEVICES])
+def test_blockwise_covariance_kernel_runs_on_the_tensors_device_and_is_differentiable(device):
+    """``CovarianceSoftmaxKernel.transport`` of a tensor: on its device, in its dtype, equal
+    to the dense kernel's ``q' M`` to float64 round-off over several row blocks, and
+    differentiable: the gradient of ``(q' M) . w`` is ``M w`` in every entry of ``q'``, the
+    zero entries (outside the support the forward pass needs) included."""
+    cal, _, q, vm = _case(seed=5)
+    qp = rt.tli_proposal(q, vm)
+    assert (qp == 0).any(axis=0).any()
+    n = qp.shape[-1]
+    dense = rt.covariance_softmax_kernel(cal, 0.01).matrix
+    blockwise = rt.CovarianceSoftmaxKernel(cal, 0.01, block_bytes=8 * n * 7)  # 7 rows a block
+    x = torch.tensor(qp, device=device, requires_grad=True)
+    out = blockwise.transport(x)
+    assert out.device.type == device and out.dtype == torch.float64
+    assert_close(out.detach().cpu().numpy(), qp @ dense, atol=TORCH_FLOAT64_ATOL)
+    w = np.random.default_rng(0).random(n)
+    (out @ torch.tensor(w, device=device)).sum().backward()
+    assert_close(x.grad.cpu().numpy(), np.broadcast_to(dense @ w, qp.shape), atol=TORCH_FLOAT64_ATOL)
+    out32 = blockwise.transport(torch.tensor(qp, dtype=torch.float32, device=device))
+    assert out32.dtype == torch.float32 and out32.device.type == device
+    assert_close(out32.cpu().numpy(), qp @ dense, atol=FLOAT32_ATOL)
