@@ -274,19 +274,12 @@ def pruned_draft_probs(draft_probs_full, vocab_map: VocabMap):
     """
     if not vocab_map.is_pruned:
         raise InputError("pruned_draft_probs needs a pruned map (every drafter id in the target)")
-    is_torch = B.is_torch(draft_probs_full)
-    if is_torch:  # checked on its device
-        full = draft_probs_full
-        if not bool((full.isfinite() & (full >= -NEG_ATOL)).all()):
-            raise InputError("draft_probs_full must be finite and non-negative (probabilities, "
-                             "not logits)")
-        full = full.clamp_min(0)  # round-off negatives are 0 (a copy)
-    else:
-        full = as_real_array(draft_probs_full, "draft_probs_full")
-        if not np.all(np.isfinite(full)) or np.any(full < -NEG_ATOL):
-            raise InputError("draft_probs_full must be finite and non-negative (probabilities, "
-                             "not logits)")
-        full = np.maximum(full, 0.0)  # round-off negatives are 0 (a copy)
+    is_torch = B.is_torch(draft_probs_full)  # a tensor is checked on its device
+    full = draft_probs_full if is_torch else as_real_array(draft_probs_full, "draft_probs_full")
+    if not bool(((full >= -NEG_ATOL) & (full < np.inf)).all()):  # NaN fails both
+        raise InputError("draft_probs_full must be finite and non-negative (probabilities, "
+                         "not logits)")
+    full = B.positive_part(full)  # round-off negatives are 0 (a copy)
     top = int(vocab_map.draft_to_target.max())
     if full.ndim == 0 or full.shape[-1] <= top:  # checked here: on CUDA a bad index is fatal
         raise InputError(f"draft_probs_full has shape {tuple(full.shape)}, but the map keeps "

@@ -624,3 +624,22 @@ def test_report_vocab_sizes_the_synthetic_lm_only(tmp_path, capsys, monkeypatch)
     err = capsys.readouterr().err.strip().splitlines()
     assert err[0].startswith("real models not fetched")
     assert err[1:] == ["error: --vocab must be >= 24 (one topic of the synthetic LM), got 23"]
+
+
+@pytest.mark.parametrize("backend", ["numpy", "torch"])
+def test_pruned_draft_probs_refuses_logits_and_non_finite_rows(backend):
+    """NaN, +-inf and negatives beyond the round-off tolerance (logits) are refused with the
+    same message on both backends; a round-off negative is taken as 0."""
+    vm = rt.VocabMap.from_kept_ids([0, 2], 4)
+    if backend == "torch":
+        torch = pytest.importorskip("torch")
+        as_input = lambda rows: torch.tensor(rows, dtype=torch.float64)  # noqa: E731
+    else:
+        as_input = np.array
+    tol = rt.validation.NEG_ATOL
+    for bad in (np.nan, np.inf, -np.inf, -10 * tol, -2.3):
+        with pytest.raises(rt.InputError, match=r"finite and non-negative \(probabilities, not "):
+            rt.vocab.pruned_draft_probs(as_input([[0.5, 0.25, bad, 0.25]]), vm)
+    got = rt.vocab.pruned_draft_probs(as_input([[0.5, 0.5, -tol / 2, 0.0]]), vm)
+    assert_close(np.asarray(got.tolist()), [[1.0, 0.0]])
+    assert np.asarray(got.tolist())[0, 1] == 0.0
