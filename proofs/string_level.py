@@ -6,10 +6,14 @@ r"""Statement S (string level, [2]): SLRS accepts at least as often as SLEM,
 where :math:`\psi(t)` is the drafter's probability of producing target token :math:`t` (its
 generated string starts with :math:`t`'s string).
 
-Proof (symbolic): for :math:`a, b \in [0, 1]`, :math:`\min(a, b) - ab \ge 0` in both cases of min
-(:math:`a \le b`: :math:`a(1 - b) \ge 0`; :math:`b < a`: :math:`b(1 - a) \ge 0`); sympy checks both
-with :math:`\{a, b\} = \{1 - u - w, 1 - u\}`, :math:`u, w \ge 0`. Each :math:`\psi(t)` is a probability, so the
-termwise inequality applies.
+Proof (symbolic): for :math:`0 \le a, b \le 1`, :math:`\min(a, b) \ge ab`. Written homogeneously in
+the upper bound :math:`o = 1`, the claim is :math:`\min(a, b)\, o - ab \ge 0` for
+:math:`0 \le a, b \le o`; sympy proves it in every ordering of :math:`a, b, o` that the hypotheses
+allow (:func:`proofs.symbolic.holds_for_all_orderings`: :math:`a \le b \le o` gives
+:math:`a\,(o - b) \ge 0`, :math:`b \le a \le o` gives :math:`b\,(o - a) \ge 0`). Without the
+bound :math:`a, b \le o` the same check fails (:func:`_symbolic` with ``bounded=False``; a
+test asserts it), so the bound is what the proof uses. Each :math:`p(t)` and
+:math:`\psi(t)` is a probability, so the termwise inequality applies and sums over :math:`t`.
 
 Cross-check: on every toy tokenizer below, :math:`\psi` computed by the recursion of
 :func:`rdk_theory.string_level.psi` equals the brute-force sum over enumerated segmentations
@@ -19,15 +23,13 @@ Perturbed statement (must be refuted): swapped, SLEM >= SLRS.
 """
 from __future__ import annotations
 
-import itertools
-from fractions import Fraction
-
 import sympy as sp
 
 from rdk_theory.string_level import psi, psi_by_segmentations, slem_acceptance, slrs_acceptance, unigram_drafter
 
 from .exhaustive import distributions
 from .result import run_check
+from .symbolic import holds_for_all_orderings
 
 ID = "S"
 TITLE = "SLRS acceptance sum_t min(p, psi) >= SLEM acceptance sum_t p psi"
@@ -38,19 +40,20 @@ TARGET_VOCAB = ("a", "b", "ab", "ba", "aab")
 WEIGHT_GRID = 3  # drafter unigram laws with entries in multiples of 1/3
 
 
-def _symbolic() -> bool:
-    u, v, w = sp.symbols("u v w", nonnegative=True)
-    # a <= b: a = 1 - u - w, b = 1 - u (w >= 0); b < a: swap roles.
-    a_le_b = sp.simplify(sp.Min(1 - u - w, 1 - u) - (1 - u - w) * (1 - u))
-    b_lt_a = sp.simplify(sp.Min(1 - u, 1 - u - w) - (1 - u) * (1 - u - w))
-    # both equal (1 - u - w)(u) >= 0 under a, b in [0, 1]
-    return sp.expand(a_le_b - u * (1 - u - w)) == 0 and sp.expand(b_lt_a - u * (1 - u - w)) == 0
+def _symbolic(bounded: bool = True) -> bool:
+    """Whether sympy proves ``min(a, b) o - a b >= 0`` for ``0 <= a, b`` (and, when
+    ``bounded``, ``a, b <= o``) in every ordering of ``a, b, o``."""
+    a, b, o = sp.symbols("a b o", real=True)
+    ok, _ = holds_for_all_orderings(sp.Min(a, b) * o - a * b, (a, b, o), ">=", nonnegative_base=True,
+                                    given=((a, o), (b, o)) if bounded else ())
+    return ok
 
 
 def _body(out):
     if not _symbolic():
         out.fail("sympy could not establish min(a, b) >= a b on [0, 1]")
-    out.methods.append("sympy: min(a,b) - ab = a(1-b) or b(1-a) >= 0 in the two cases of min, for a, b in [0, 1]")
+    out.methods.append("sympy: min(a, b) o - a b >= 0 for 0 <= a, b <= o (o = 1), in every ordering of "
+                       "a, b, o")
     targets = list(distributions(len(TARGET_VOCAB), 3))
     for vocab in DRAFTER_VOCABS:
         for weights in distributions(len(vocab), WEIGHT_GRID):
@@ -70,7 +73,6 @@ def _body(out):
     out.methods.append(f"exhaustive exact check: psi by recursion == psi by enumerating segmentations, and "
                        f"SLRS >= SLEM for every p on the 1/3 grid over target tokens {TARGET_VOCAB}, "
                        f"drafter vocabularies {DRAFTER_VOCABS} with unigram laws on the 1/{WEIGHT_GRID} grid")
-    _ = (itertools, Fraction)
 
 
 def check():

@@ -233,3 +233,13 @@ def test_the_symbolic_checker_refutes_false_goals():
     assert not decide(q - u, "==") and decide((q + u) ** 2 - q**2 - 2 * q * u - u**2, "==")
     x = sp.Symbol("x", real=True)
     assert not decide(x, ">=")  # undecided (x may be negative): not proved
+
+
+def test_statement_S_symbolic_step_uses_the_unit_bound():
+    """min(a, b) >= a b holds for a, b in [0, 1] and fails above 1 (a = b = 2: 2 < 4): the
+    sympy step proves the bounded form and does not prove it once the bound a, b <= 1 is
+    dropped, so it cannot pass on the nonnegativity of a and b alone."""
+    from proofs import string_level
+
+    assert string_level._symbolic(bounded=True)
+    assert not string_level._symbolic(bounded=False)
