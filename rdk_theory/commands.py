@@ -11,7 +11,7 @@ from .acceptance import acceptance_rate, oov_cap
 from .case import KERNEL_CHOICES, kernel_options_used, kernels_for, load_case
 from .proposals import SAMPLERS, build_proposals
 from .sampling import COUNT_CHUNK, sample_counts
-from .validation import KERNEL_ATOL, NEG_ATOL, PROB_ATOL, InputError
+from .validation import KERNEL_ATOL, NEG_ATOL, PROB_ATOL, InputError, int_at_least
 
 RAW = argparse.RawDescriptionHelpFormatter
 CASE_HELP = (
@@ -105,10 +105,6 @@ def cmd_sample(args) -> int:
     if not 0 <= args.context < case.n_contexts:
         raise InputError(f"--context {args.context} is out of range: the case has "
                          f"{case.n_contexts} contexts (0..{case.n_contexts - 1})")
-    if args.n < 1:
-        raise InputError(f"--n must be >= 1, got {args.n}")
-    if args.seed < 0:
-        raise InputError(f"--seed must be >= 0, got {args.seed}")
     need_fo = args.sampler == "rdk_first_order"
     if need_fo and args.kernel not in (None, "covariance"):
         raise InputError(f"--sampler rdk_first_order approximates the covariance kernel; "
@@ -175,12 +171,12 @@ def register_all(sub) -> None:
                "[N_T ints], \"accepted\": int, \"n\": 100000}")
     s.add_argument("case", help="path to CASE.npz")
     s.add_argument("--sampler", choices=SAMPLERS, required=True)
-    s.add_argument("--context", type=int, required=True,
+    s.add_argument("--context", type=int_at_least(0), required=True,
                    help="context row K of the case, 0 <= K < C")
-    s.add_argument("--n", type=int, required=True,
+    s.add_argument("--n", type=int_at_least(1), required=True,
                    help=f"number of independent steps, >= 1; drawn in blocks of {COUNT_CHUNK:,} "
                         "(memory stays flat, a progress bar shows on a terminal)")
-    s.add_argument("--seed", type=int, required=True,
+    s.add_argument("--seed", type=int_at_least(0), required=True,
                    help="seed of numpy's default_rng, >= 0 (same seed, same output)")
     add_kernel_options(s)
     s.add_argument("--json", action="store_true", help="print one JSON object on stdout")

@@ -28,7 +28,7 @@ from .first_order import FirstOrderCovarianceKernel
 from .kernels import MarginalKernel, covariance_softmax_kernel
 from .proposals import build_proposals
 from .synthetic import zipfian_lm
-from .validation import InputError
+from .validation import InputError, int_at_least
 from .vocab import VocabMap, keep_most_frequent, pruned_draft_probs
 
 COLUMNS = ("vanilla", "tli", "rdk_exact", "rdk_first_order", "marginal")
@@ -185,8 +185,6 @@ def cmd_report(args) -> int:
     args.keep_fractions = keep
     if os.path.exists(args.out) and not os.path.isdir(args.out):
         raise InputError(f"--out {args.out} exists and is not a directory")
-    if args.seed < 0:
-        raise InputError(f"--seed must be >= 0, got {args.seed}")
     # --vocab sizes the synthetic LM only: checked before any work when the source is
     # synthetic, and under auto only once the real pair turned out not to be fetched
     if args.source == "synthetic":
@@ -251,7 +249,7 @@ def register(sub) -> None:
                    f"least {MIN_VOCAB} (default {DEFAULT_VOCAB}; the exact covariance kernel is "
                    "N x N). The real pair has its own vocabulary: there --vocab is ignored, "
                    "with a warning")
-    p.add_argument("--seed", type=int, default=0, help="random seed, >= 0 (default 0)")
+    p.add_argument("--seed", type=int_at_least(0), default=0, help="random seed, >= 0 (default 0)")
     p.add_argument("--quick", action="store_true",
                    help="smaller sizes, for a fast look: 32 contexts, 128 calibration rows, "
                         "N at most 1024")

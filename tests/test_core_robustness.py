@@ -118,12 +118,20 @@ def test_blockwise_covariance_kernel_equals_the_dense_one(block_bytes):
 
 @pytest.mark.parametrize("argv, message", [
     (["sample", "{case}", "--sampler", "tli", "--context", "0", "--n", "5", "--seed", "-1"], "--seed"),
-    (["sample", "{case}", "--sampler", "tli", "--context", "x", "--n", "5", "--seed", "1"], "invalid int"),
+    (["sample", "{case}", "--sampler", "tli", "--context", "x", "--n", "5", "--seed", "1"], "--context"),
+    # counts are checked by the parser, before the case is read (here: a file that is missing)
+    (["sample", "{missing}", "--sampler", "tli", "--context", "0", "--n", "0", "--seed", "1"],
+     "argument --n: expected an integer >= 1, got 0"),
+    (["sample", "{missing}", "--sampler", "tli", "--context", "-1", "--n", "5", "--seed", "1"],
+     "argument --context: expected an integer >= 0, got -1"),
+    (["sample", "{missing}", "--sampler", "tli", "--context", "0", "--n", "5", "--seed", "-1"],
+     "argument --seed: expected an integer >= 0, got -1"),
     (["report", "--source", "synthetic", "--out", "{case}"], "not a directory"),
 ])
 def test_cli_edge_cases_exit_2_with_one_line(tmp_path, capsys, argv, message):
     _case(tmp_path / "c.npz")
-    argv = [a.replace("{case}", str(tmp_path / "c.npz")) for a in argv]
+    argv = [a.replace("{case}", str(tmp_path / "c.npz")).replace("{missing}", str(tmp_path / "no.npz"))
+            for a in argv]
     try:
         code = main(argv)
     except SystemExit as exc:  # argparse usage errors exit from inside the parser
@@ -252,7 +260,8 @@ def test_acceptance_json_is_a_probability_and_inputs_within_tolerance_are_renorm
 @pytest.mark.parametrize("argv, message", [
     (["sample", "{case}", "--sampler", "rdk_first_order", "--kernel", "dense", "--context", "0",
       "--n", "5", "--seed", "1"], "does not apply"),
-    (["report", "--source", "synthetic", "--seed", "-1", "--out", "{tmp}"], "--seed"),
+    (["report", "--source", "synthetic", "--seed", "-1", "--out", "{tmp}"],
+     "argument --seed: expected an integer >= 0, got -1"),
     (["report", "--source", "synthetic", "--vocab", "23", "--out", "{tmp}"], "--vocab must be >= 24"),
     (["acceptance", "{tmp}"], "is a directory"),
     (["acceptance", "{text}"], "not an .npz archive"),
@@ -266,7 +275,11 @@ def test_more_cli_edge_cases_exit_2_with_one_line(tmp_path, capsys, argv, messag
     subs = {"{case}": tmp_path / "c.npz", "{tmp}": tmp_path, "{text}": tmp_path / "t.txt",
             "{npy}": tmp_path / "a.npy"}
     argv = [str(subs.get(a, a)).replace("{tmp}", str(tmp_path)) for a in argv]
-    assert main(argv) == 2
+    try:
+        code = main(argv)
+    except SystemExit as exc:  # argparse usage errors exit from inside the parser
+        code = exc.code
+    assert code == 2
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and err[0].startswith("error: ") and message in err[0], err
 
