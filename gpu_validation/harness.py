@@ -160,6 +160,8 @@ def run(cfg: RunConfig, log=print) -> dict:
         "kind": "rdk-theory gpu_validation run",
         "command": " ".join([os.path.basename(sys.argv[0])] + sys.argv[1:]),
         "environment": environment(), "device": cfg.device,
+        # the dtype the models computed in (settings.dtype is what was asked: maybe "auto")
+        "dtype": tgt.info["dtype"],
         "models": {"target": tgt.info, "drafter": drf.info},
         "settings": {k: v for k, v in asdict(cfg).items() if k not in ("progress",)},
         "data": {"eval_texts": list(collect.EVAL_TEXTS), "calib_texts": list(collect.CALIB_TEXTS),

@@ -27,6 +27,7 @@ def test_run_reads_both_heads_over_the_shared_ids(tiny, tmp_path, target, drafte
                "--dtype", "float32", "--out", str(out)])
     assert rc == 0
     report = json.loads((out / "report.json").read_text())
+    assert report["dtype"] == report["settings"]["dtype"] == "float32"
     n = tiny["n_tokens"]
     for role in ("target", "drafter"):
         info = report["models"][role]
@@ -102,3 +103,15 @@ def test_a_folder_without_a_causal_lm_and_an_unwritable_out_are_error_lines(tiny
     assert main(["run", "--target", tiny["narrow"], "--drafter", tiny["narrow"], "--no-timing",
                  "--out", str(blocker / "x"), "--positions", "5"]) == 2
     assert capsys.readouterr().err.startswith("error: ")
+
+
+def test_the_report_names_the_dtype_auto_resolved_to(tiny, tmp_path):
+    """settings.dtype records what was asked ("auto"); the report's dtype, what the models
+    computed in: float32 on a CPU (gpu_validation.models.resolve_dtype)."""
+    out = tmp_path / "run"
+    assert main(["run", "--target", tiny["narrow"], "--drafter", tiny["narrow"], "--kept", "50",
+                 "--positions", "10", "--steps", "20", "--e2e-tokens", "4", "--no-timing",
+                 "--out", str(out)]) == 0
+    report = json.loads((out / "report.json").read_text())
+    assert report["settings"]["dtype"] == "auto"
+    assert report["dtype"] == report["models"]["target"]["dtype"] == "float32"
