@@ -14,7 +14,10 @@
   static RDK kernel can reach on that data. Dense LP with ``N_T^2 + C N_T`` variables: small
   vocabularies only (``N_T <= MAX_LP_VOCAB``).
 
-Inputs are float64 numpy arrays: ``p`` (C, N_T), ``q'`` (C, N_T) the TLI proposals.
+Inputs are float64 numpy arrays: ``p`` (C, N_T), ``q'`` (C, N_T) the TLI proposals. Apart from
+:func:`oov_cap` (the core calculator, which stays on a tensor's device), these are host-side
+reference maths: a torch tensor, on any device, is copied to the host as float64 numpy
+(:func:`rdk_theory.validation.host`) and the results are numpy.
 """
 from __future__ import annotations
 
@@ -22,7 +25,7 @@ import numpy as np
 
 from .acceptance import acceptance_rate, total_variation
 from .acceptance import oov_cap as _oov_cap
-from .validation import InputError, as_prob_array
+from .validation import InputError, as_prob_array, host
 
 #: Largest target vocabulary the dense LP of :func:`best_static_kernel_lp` accepts.
 MAX_LP_VOCAB = 64
@@ -39,14 +42,21 @@ def tv_upper_bound(target_probs, proposal):
     For a normalised ``r`` this *equals* ``alpha(p, r)`` (statement A); for a sub-stochastic
     ``r``, ``alpha(p, r) <= 1 - TV(p, r / r(T))`` is an upper bound. ``r = 0`` gives 0.
     """
-    p = as_prob_array(target_probs, "target_probs")
-    r = as_prob_array(proposal, "proposal", allow_sub_stochastic=True)
+    p = as_prob_array(host(target_probs, "target_probs"), "target_probs")
+    r = as_prob_array(host(proposal, "proposal"), "proposal", allow_sub_stochastic=True)
     if p.shape != r.shape:
         raise InputError(f"target_probs and proposal must have one shape, got {p.shape}, {r.shape}")
     mass = r.sum(axis=-1, keepdims=True)
     rn = np.where(mass > 0, r / np.where(mass > 0, mass, 1.0), 0.0)
     out = 1.0 - total_variation(p, rn, check=False)
     return np.where(mass[..., 0] > 0, out, 0.0)
+
+
+def _host_pair(target_probs, tli_proposals):
+    """``p`` and ``q'`` as (C, N_T) host arrays, checked."""
+    p = as_prob_array(host(target_probs, "target_probs"), "target_probs")
+    qp = as_prob_array(host(tli_proposals, "tli_proposals"), "tli_proposals", allow_sub_stochastic=True)
+    return np.atleast_2d(p), np.atleast_2d(qp)
 
 
 def _alpha_mix(p, qp, k_qp, lam):
@@ -72,9 +82,8 @@ def best_mixing_lambda(target_probs, tli_proposals, w):
     Returns:
       ``(lam, mean_alpha)``: the maximiser (smallest one if several) and the maximum.
     """
-    p = np.atleast_2d(as_prob_array(target_probs, "target_probs"))
-    qp = np.atleast_2d(as_prob_array(tli_proposals, "tli_proposals", allow_sub_stochastic=True))
-    w = as_prob_array(w, "w")
+    p, qp = _host_pair(target_probs, tli_proposals)
+    w = as_prob_array(host(w, "w"), "w")
     if p.shape != qp.shape or w.shape != p.shape[-1:]:
         raise InputError(f"shapes differ: target_probs {p.shape}, tli_proposals {qp.shape}, w {w.shape}")
     k_qp = qp.sum(axis=-1, keepdims=True) * w
@@ -116,14 +125,13 @@ def best_static_kernel_lp(target_probs, tli_proposals, *, mask=None):
     from scipy.optimize import linprog
     from scipy.sparse import coo_matrix
 
-    p = np.atleast_2d(as_prob_array(target_probs, "target_probs"))
-    qp = np.atleast_2d(as_prob_array(tli_proposals, "tli_proposals", allow_sub_stochastic=True))
+    p, qp = _host_pair(target_probs, tli_proposals)
     if p.shape != qp.shape:
         raise InputError(f"target_probs {p.shape} and tli_proposals {qp.shape} differ in shape")
     c_n, n = p.shape
     if n > MAX_LP_VOCAB:
         raise InputError(f"best_static_kernel_lp is a dense LP: N_T = {n} exceeds {MAX_LP_VOCAB}")
-    allowed = np.ones((n, n), dtype=bool) if mask is None else np.asarray(mask, dtype=bool)
+    allowed = np.ones((n, n), dtype=bool) if mask is None else np.asarray(host(mask, "mask"), dtype=bool)
     if allowed.shape != (n, n):
         raise InputError(f"mask must be ({n}, {n}), got {allowed.shape}")
     if not allowed.any(axis=1).all():
@@ -165,7 +173,7 @@ def expected_tokens_per_call(acceptances):
     drafts; i.i.d. ``alpha`` gives ``(1 - alpha^(gamma+1)) / (1 - alpha)``. Exact on ``Fraction``
     object arrays.
     """
-    a = np.asarray(acceptances)
+    a = np.asarray(host(acceptances, "acceptances"))
     if a.ndim == 0 or a.shape[-1] == 0:
         raise InputError(f"acceptances must have a non-empty last axis (gamma), got shape {a.shape}")
     if a.dtype != object:

@@ -21,6 +21,7 @@ transport LP between ``q^k`` (draft tuples) and ``p`` (outputs), solved by
 
 All functions take 1-D ``p`` and ``q`` (float64 arrays, or object arrays of ``Fraction`` for exact
 checks, with ``rho`` a ``Fraction``); they are small-vocabulary reference maths, not a sampler.
+A torch tensor, on any device, is copied to the host as float64 numpy first.
 """
 from __future__ import annotations
 
@@ -29,12 +30,12 @@ from fractions import Fraction
 
 import numpy as np
 
-from .validation import InputError, as_count, as_prob_array
+from .validation import InputError, as_count, as_prob_array, host
 
 
 def _pq(target_probs, draft_probs):
-    p = as_prob_array(target_probs, "target_probs")
-    q = as_prob_array(draft_probs, "draft_probs", allow_sub_stochastic=True)
+    p = as_prob_array(host(target_probs, "target_probs"), "target_probs")
+    q = as_prob_array(host(draft_probs, "draft_probs"), "draft_probs", allow_sub_stochastic=True)
     if p.ndim != 1 or p.shape != q.shape:
         raise InputError(f"target_probs and draft_probs must be 1-D of one length, got {p.shape}, {q.shape}")
     return p, q

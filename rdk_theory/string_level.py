@@ -15,7 +15,8 @@ target token with probability ``min(1, p(t) / psi(t))``, so its acceptance is
 tokens ``d_1 .. d_m`` whose first ``m - 1`` tokens spell a proper prefix of ``s_t`` and whose last
 token completes (or overruns) it. The drafter is a toy model given as a function
 ``next_token_probs(prefix_tokens) -> {token_string: probability}`` (a unigram drafter ignores its
-argument). Exponential in ``len(s_t)`` in the worst case: toy tokenizers only.
+argument). Exponential in ``len(s_t)`` in the worst case: toy tokenizers only. The acceptances
+take arrays (a torch tensor, on any device, is copied to the host as float64 numpy first).
 """
 from __future__ import annotations
 
@@ -24,7 +25,7 @@ from typing import Callable, Mapping, Sequence
 
 import numpy as np
 
-from .validation import InputError
+from .validation import InputError, host
 
 NextTokenProbs = Callable[[tuple], Mapping[str, object]]
 
@@ -105,7 +106,7 @@ def _exact(vals) -> bool:
 
 def slem_acceptance(target_probs, psi_values):
     """String-level exact match: ``sum_t p(t) psi(t)``."""
-    p, s = np.asarray(target_probs), np.asarray(psi_values)
+    p, s = np.asarray(host(target_probs, "target_probs")), np.asarray(host(psi_values, "psi"))
     if p.shape != s.shape:
         raise InputError(f"target_probs and psi must have one shape, got {p.shape}, {s.shape}")
     return (p * s).sum()
@@ -113,7 +114,7 @@ def slem_acceptance(target_probs, psi_values):
 
 def slrs_acceptance(target_probs, psi_values):
     """String-level rejection sampling: ``sum_t min(p(t), psi(t))``."""
-    p, s = np.asarray(target_probs), np.asarray(psi_values)
+    p, s = np.asarray(host(target_probs, "target_probs")), np.asarray(host(psi_values, "psi"))
     if p.shape != s.shape:
         raise InputError(f"target_probs and psi must have one shape, got {p.shape}, {s.shape}")
     return np.minimum(p, s).sum()

@@ -237,3 +237,39 @@ def test_a_zero_weight_is_never_drawn_even_if_cumsum_rounds_like_a_parallel_scan
     u = torch.linspace(0.5 - 1e-8, 0.5 + 1e-8, 2001, dtype=torch.float64)
     drawn = sampling._inverse_cdf_torch(weights, u)
     assert set(drawn.tolist()) == {0, 2}
+
+
+def test_host_side_reference_helpers_take_device_tensors(device_tensors):
+    """The bounds, multi-draft and string-level helpers are host-side reference maths: given
+    device tensors they copy them to the host and return exactly what the same numpy input
+    gives (``==``: the same float64 arithmetic on the same values)."""
+    from rdk_theory import bounds, multidraft, string_level
+
+    _, p, q, vm = _case()
+    qp = rt.tli_proposal(q, vm)
+    w = p.mean(axis=0)
+    small_p, small_q = np.array([0.5, 0.3, 0.2]), np.array([0.6, 0.4, 0.0])
+    cases = {
+        "tv_upper_bound": (bounds.tv_upper_bound, (p, qp)),
+        "best_mixing_lambda": (bounds.best_mixing_lambda, (p, qp, w)),
+        "best_static_kernel_lp": (lambda a, b: bounds.best_static_kernel_lp(a, b)[1],
+                                  (p[:2, :6] / p[:2, :6].sum(-1, keepdims=True),
+                                   qp[:2, :6] / qp[:2, :6].sum(-1, keepdims=True))),
+        "expected_tokens_per_call": (bounds.expected_tokens_per_call, (np.array([0.5, 0.25]),)),
+        "beta": (lambda a, b: multidraft.beta(a, b, 1.5), (small_p, small_q)),
+        "kseq_is_valid": (lambda a, b: multidraft.kseq_is_valid(a, b, 1.5, 2), (small_p, small_q)),
+        "kseq_acceptance": (lambda a, b: multidraft.kseq_acceptance(a, b, 1.5, 2), (small_p, small_q)),
+        "kseq_output_law": (lambda a, b: multidraft.kseq_output_law(a, b, 1.5, 2), (small_p, small_q)),
+        "kseq_best_rho": (lambda a, b: multidraft.kseq_best_rho(a, b, 2), (small_p, small_q)),
+        "optimal_acceptance_lp": (lambda a, b: multidraft.optimal_acceptance_lp(a, b, 2),
+                                  (small_p, small_q)),
+        "optimal_acceptance_cut": (lambda a, b: multidraft.optimal_acceptance_cut(a, b, 2),
+                                   (small_p, small_q)),
+        "slem_acceptance": (string_level.slem_acceptance, (small_p, small_q)),
+        "slrs_acceptance": (string_level.slrs_acceptance, (small_p, small_q)),
+    }
+    for name, (fn, args) in cases.items():
+        want = fn(*args)
+        got = fn(*(_t(a) for a in args))
+        assert not isinstance(got, torch.Tensor), name
+        assert np.array_equal(np.asarray(got), np.asarray(want)), (name, got, want)
