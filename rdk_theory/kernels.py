@@ -21,6 +21,7 @@ Any row-stochastic ``M`` keeps the verification step lossless (Theorem L). Provi
 """
 from __future__ import annotations
 
+import functools
 import numbers
 
 import numpy as np
@@ -261,8 +262,9 @@ class CovarianceSoftmaxKernel:
     the two agree to float64 round-off. ``block_bytes`` bounds one block of rows; a progress
     bar shows on long calls (see :mod:`rdk_theory._progress`). A torch ``q'`` is transported on
     its own device in float64 (the factor is copied there once) and the result returned in its
-    dtype; gradients flow to ``q'`` (a ``q'`` that requires them has every row formed, not
-    only its support's: the derivative in a zero entry ``q'(i)`` is the row ``M[i, :]``).
+    dtype (float64 for integer input); gradients flow to ``q'``: the backward pass forms every
+    row of ``M`` again, a block at a time (the derivative in a zero entry ``q'(i)`` is the row
+    ``M[i, :]``), O(N_T^2 S) time and still one block of memory.
     """
 
     def __init__(self, calibration_probs, tau: float, *, block_bytes: int = 64 * 2**20,
@@ -294,31 +296,72 @@ class CovarianceSoftmaxKernel:
         if B.is_torch(q_prime):
             import torch
 
-            # on the tensor's device, in float64 (as the numpy path), differentiable in q'
+            # on the tensor's device, in float64 (as the numpy path); differentiable in q'
             flat = q_prime.reshape(-1, self.n).to(torch.float64)
             c = self._torch.get("factor", self.factor, flat)
-            # with a gradient to track, every row: d out / d q'(i) is M[i, :] also where q' = 0
-            support = (torch.arange(self.n, device=flat.device) if q_prime.requires_grad
-                       else torch.nonzero((flat != 0).any(dim=0)).flatten())
             rows_of = lambda rows: torch.softmax((c[:, rows].T @ c) / self.tau, dim=1)  # noqa: E731
-        else:
-            flat = np.asarray(q_prime, dtype=np.float64).reshape(-1, self.n)
-            support = np.flatnonzero((flat != 0).any(axis=0))
-            rows_of = self.rows
-        out = B.zeros(flat, flat.shape)
+            out = _blockwise_transport_fn().apply(flat, self, rows_of).reshape(q_prime.shape)
+            return out.to(q_prime.dtype) if q_prime.is_floating_point() else out
+        flat = np.asarray(q_prime, dtype=np.float64).reshape(-1, self.n)
+        return self._forward(flat, self.rows).reshape(np.shape(q_prime))
+
+    def _blocks(self, support, what: str):
+        """``support`` in blocks of :attr:`block_rows`, with a progress bar on long calls."""
         starts = range(0, int(support.shape[0]), self.block_rows)
-        for start in progress(starts, desc="exact covariance kernel, row blocks",
-                              total=len(starts),
-                              enabled=self.show_progress if len(starts) > 8 else False):
-            rows = support[start:start + self.block_rows]
-            out = out + flat[:, rows] @ rows_of(rows)
-        out = out.reshape(q_prime.shape)
-        return out.to(q_prime.dtype) if B.is_torch(q_prime) else out
+        bar = progress(starts, desc=f"exact covariance kernel, {what}", total=len(starts),
+                       enabled=self.show_progress if len(starts) > 8 else False)
+        return (support[start:start + self.block_rows] for start in bar)
+
+    def _forward(self, flat, rows_of):
+        """``flat M`` from the rows of ``M`` where ``flat`` (C, N_T) has mass: numpy or torch."""
+        if B.is_torch(flat):
+            import torch
+
+            support = torch.nonzero((flat != 0).any(dim=0)).flatten()
+        else:
+            support = np.flatnonzero((flat != 0).any(axis=0))
+        out = B.zeros(flat, flat.shape)
+        for rows in self._blocks(support, "row blocks"):
+            out += flat[:, rows] @ rows_of(rows)
+        return out
+
+    def _backward(self, grad_out, rows_of):
+        """``grad_out M^T`` (C, N_T): the gradient in every entry of ``q'``, its zeros included
+        (``d out / d q'(i) = M[i, :]``), each block of rows formed again and dropped."""
+        import torch
+
+        grad = torch.empty_like(grad_out)
+        for rows in self._blocks(torch.arange(self.n, device=grad_out.device), "gradient"):
+            grad[:, rows] = grad_out @ rows_of(rows).T
+        return grad
 
     def row_sums(self):
         """Each row is a softmax: sums to 1 up to round-off (checked on a sample of rows)."""
         rows = np.unique(np.linspace(0, self.n - 1, min(self.n, 64)).astype(np.int64))
         return self.rows(rows).sum(axis=1)
+
+
+@functools.cache
+def _blockwise_transport_fn():
+    """The autograd function of :meth:`CovarianceSoftmaxKernel.transport` on tensors: the
+    forward pass forms only the rows of ``M`` on the support of ``q'``, the backward pass every
+    row, a block at a time, so neither keeps more than one block of ``M`` (autograd saving each
+    block for the backward pass would keep all ``N_T^2`` entries). Made on first use: torch is
+    optional."""
+    import torch
+
+    class BlockwiseTransport(torch.autograd.Function):
+        @staticmethod
+        def forward(ctx, flat, kernel, rows_of):
+            ctx.kernel, ctx.rows_of = kernel, rows_of
+            return kernel._forward(flat, rows_of)
+
+        @staticmethod
+        @torch.autograd.function.once_differentiable
+        def backward(ctx, grad_out):
+            return ctx.kernel._backward(grad_out, ctx.rows_of), None, None
+
+    return BlockwiseTransport
 
 
 def covariance_affinity(calibration_probs):

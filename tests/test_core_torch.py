@@ -207,7 +207,8 @@ def test_blockwise_covariance_kernel_runs_on_the_tensors_device_and_is_different
     """``CovarianceSoftmaxKernel.transport`` of a tensor: on its device, in its dtype, equal
     to the dense kernel's ``q' M`` to float64 round-off over several row blocks, and
     differentiable: the gradient of ``(q' M) . w`` is ``M w`` in every entry of ``q'``, the
-    zero entries (outside the support the forward pass needs) included."""
+    zero entries (outside the support the forward pass needs) included, without autograd
+    keeping the rows of ``M`` for the backward pass. Integer input gives float64."""
     cal, _, q, vm = _case(seed=5)
     qp = rt.tli_proposal(q, vm)
     assert (qp == 0).any(axis=0).any()
@@ -215,7 +216,10 @@ def test_blockwise_covariance_kernel_runs_on_the_tensors_device_and_is_different
     dense = rt.covariance_softmax_kernel(cal, 0.01).matrix
     blockwise = rt.CovarianceSoftmaxKernel(cal, 0.01, block_bytes=8 * n * 7)  # 7 rows a block
     x = torch.tensor(qp, device=device, requires_grad=True)
-    out = blockwise.transport(x)
+    saved = []  # entries autograd keeps for the backward pass
+    with torch.autograd.graph.saved_tensors_hooks(lambda t: saved.append(t.numel()) or t, lambda t: t):
+        out = blockwise.transport(x)
+    assert sum(saved) < n * n / 4, sum(saved)  # not M's n^2 entries: blocks are formed again
     assert out.device.type == device and out.dtype == torch.float64
     assert_close(out.detach().cpu().numpy(), qp @ dense, atol=TORCH_FLOAT64_ATOL)
     w = np.random.default_rng(0).random(n)
@@ -223,4 +227,7 @@ def test_blockwise_covariance_kernel_runs_on_the_tensors_device_and_is_different
     assert_close(x.grad.cpu().numpy(), np.broadcast_to(dense @ w, qp.shape), atol=TORCH_FLOAT64_ATOL)
     out32 = blockwise.transport(torch.tensor(qp, dtype=torch.float32, device=device))
     assert out32.dtype == torch.float32 and out32.device.type == device
+    hits = blockwise.transport(torch.tensor((qp > 0.05).astype(np.int64), device=device))
+    assert hits.dtype == torch.float64
+    assert_close(hits.cpu().numpy(), (qp > 0.05) @ dense, atol=TORCH_FLOAT64_ATOL)
     assert_close(out32.cpu().numpy(), qp @ dense, atol=FLOAT32_ATOL)
