@@ -16,8 +16,8 @@
 
 Inputs are float64 numpy arrays: ``p`` (C, N_T), ``q'`` (C, N_T) the TLI proposals. Apart from
 :func:`oov_cap` (the core calculator, which stays on a tensor's device), these are host-side
-reference maths: a torch tensor, on any device, is copied to the host as float64 numpy
-(:func:`rdk_theory.validation.host`) and the results are numpy.
+reference maths: a torch tensor, on any device, is copied to the host as numpy (floating
+point as float64, :func:`rdk_theory.validation.host`) and the results are numpy.
 """
 from __future__ import annotations
 

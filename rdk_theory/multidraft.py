@@ -21,7 +21,7 @@ transport LP between ``q^k`` (draft tuples) and ``p`` (outputs), solved by
 
 All functions take 1-D ``p`` and ``q`` (float64 arrays, or object arrays of ``Fraction`` for exact
 checks, with ``rho`` a ``Fraction``); they are small-vocabulary reference maths, not a sampler.
-A torch tensor, on any device, is copied to the host as float64 numpy first.
+A torch tensor, on any device, is copied to the host as numpy first (floating point as float64).
 """
 from __future__ import annotations
 

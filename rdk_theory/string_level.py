@@ -16,7 +16,8 @@ tokens ``d_1 .. d_m`` whose first ``m - 1`` tokens spell a proper prefix of ``s_
 token completes (or overruns) it. The drafter is a toy model given as a function
 ``next_token_probs(prefix_tokens) -> {token_string: probability}`` (a unigram drafter ignores its
 argument). Exponential in ``len(s_t)`` in the worst case: toy tokenizers only. The acceptances
-take arrays (a torch tensor, on any device, is copied to the host as float64 numpy first).
+take arrays (a torch tensor, on any device, is copied to the host as numpy first,
+floating point as float64).
 """
 from __future__ import annotations
 

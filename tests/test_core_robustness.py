@@ -642,11 +642,12 @@ def test_report_vocab_sizes_the_synthetic_lm_only(tmp_path, capsys, monkeypatch)
 @pytest.mark.parametrize("backend", ["numpy", "torch"])
 def test_pruned_draft_probs_refuses_logits_and_non_finite_rows(backend):
     """NaN, +-inf and negatives beyond the round-off tolerance (logits) are refused with the
-    same message on both backends; a round-off negative is taken as 0."""
+    same message on both backends; a round-off negative is taken as 0; integer counts give a
+    float64 law and complex input is refused, on both backends alike."""
     vm = rt.VocabMap.from_kept_ids([0, 2], 4)
     if backend == "torch":
         torch = pytest.importorskip("torch")
-        as_input = lambda rows: torch.tensor(rows, dtype=torch.float64)  # noqa: E731
+        as_input = lambda rows: torch.as_tensor(np.asarray(rows))  # noqa: E731  (numpy's dtype)
     else:
         as_input = np.array
     tol = rt.validation.NEG_ATOL
@@ -656,3 +657,7 @@ def test_pruned_draft_probs_refuses_logits_and_non_finite_rows(backend):
     got = rt.vocab.pruned_draft_probs(as_input([[0.5, 0.5, -tol / 2, 0.0]]), vm)
     assert_close(np.asarray(got.tolist()), [[1.0, 0.0]])
     assert np.asarray(got.tolist())[0, 1] == 0.0
+    counts = rt.vocab.pruned_draft_probs(as_input([[3, 9, 1, 0]]), vm)  # integer counts
+    assert str(counts.dtype).endswith("float64") and counts.tolist() == [[0.75, 0.25]]
+    with pytest.raises(rt.InputError, match="must hold real numbers"):
+        rt.vocab.pruned_draft_probs(as_input(np.array([[0.5, 0.5, 0, 0]], dtype=complex)), vm)
