@@ -187,8 +187,7 @@ def cmd_report(args) -> int:
         raise InputError(f"--out {args.out} exists and is not a directory")
     # --vocab sizes the synthetic LM only: checked before any work when the source is
     # synthetic, and under auto only once the real pair turned out not to be fetched
-    if args.source == "synthetic":
-        n = _synthetic_vocab(args)
+    n = _synthetic_vocab(args) if args.source == "synthetic" else None
     report = None
     if args.source in ("auto", "real"):
         source = _real_source()
@@ -205,7 +204,7 @@ def cmd_report(args) -> int:
                   "real model pair has its own vocabulary (--source synthetic uses it)",
                   file=sys.stderr)
     if report is None:
-        n = _synthetic_vocab(args)
+        n = _synthetic_vocab(args) if n is None else n
         report = synthetic_report(n=n, contexts=32 if args.quick else 64,
                                   calibration=128 if args.quick else 256, keep=keep,
                                   seed=args.seed)

@@ -95,8 +95,7 @@ def host(x, name: str = "input"):
     """``x`` as a host numpy array when it is a torch tensor on any device (numpy cannot read
     a CUDA tensor directly); anything else is returned as it is."""
     if _is_torch(x):
-        if x.is_complex():
-            raise InputError(f"{name} must hold real numbers, got {x.dtype}")
+        _refuse_complex(x, name)
         if x.is_floating_point():  # float64 on the host (numpy has no bfloat16)
             import torch
 
@@ -220,11 +219,23 @@ def _is_torch(x) -> bool:
     return mod.startswith("torch") and hasattr(x, "dtype") and hasattr(x, "device")
 
 
+def _refuse_complex(x, name) -> None:
+    """InputError for a complex torch tensor (the tensor twin of :func:`as_real_array`'s check)."""
+    if x.is_complex():
+        raise InputError(f"{name} must hold real numbers, got {x.dtype}")
+
+
+def as_real_tensor(x, name: str):
+    """A torch tensor of real numbers, on its own device: complex refused, integer or bool
+    entries as float64 (as :func:`as_real_array` makes them); floating point kept as it is."""
+    _refuse_complex(x, name)
+    return x if x.is_floating_point() else x.double()
+
+
 def _check_torch_probs(x, name, allow_sub_stochastic, atol):
     import torch
 
-    if x.is_complex():
-        raise InputError(f"{name} must hold real numbers, got {x.dtype}")
+    _refuse_complex(x, name)
     if x.ndim == 0 or x.shape[-1] == 0:
         raise InputError(f"{name} must have a non-empty last axis, got shape {tuple(x.shape)}")
     if not torch.isfinite(x).all():

@@ -23,7 +23,7 @@ import numpy as np
 from . import _backend as B
 from .tokens import canonical_tokens, detect_space_marker, mark_special, match_ranks
 from .validation import (NEG_ATOL, InputError, as_count, as_draft_to_target, as_real_array,
-                         host)
+                         as_real_tensor, host)
 
 @dataclass(frozen=True, eq=False)
 class VocabMap:
@@ -275,14 +275,7 @@ def pruned_draft_probs(draft_probs_full, vocab_map: VocabMap):
     if not vocab_map.is_pruned:
         raise InputError("pruned_draft_probs needs a pruned map (every drafter id in the target)")
     is_torch = B.is_torch(draft_probs_full)  # a tensor is checked on its device
-    if is_torch:
-        full = draft_probs_full
-        if full.is_complex():
-            raise InputError(f"draft_probs_full must hold real numbers, got {full.dtype}")
-        if not full.is_floating_point():  # counts or bools: float64, as numpy makes them
-            full = full.double()
-    else:
-        full = as_real_array(draft_probs_full, "draft_probs_full")
+    full = (as_real_tensor if is_torch else as_real_array)(draft_probs_full, "draft_probs_full")
     if not bool(((full >= -NEG_ATOL) & (full < np.inf)).all()):  # NaN fails both
         raise InputError("draft_probs_full must be finite and non-negative (probabilities, "
                          "not logits)")
