@@ -10,11 +10,16 @@ drafts has :math:`P(N = k) = \prod_{t \le k} \alpha_t (1 - \alpha_{k+1})` for :m
 :math:`P(N = \gamma) = \prod_{t \le \gamma} \alpha_t`; the call emits :math:`N + 1` tokens (the
 accepted drafts plus one residual or bonus token).
 
-Proof (symbolic): sympy expands :math:`E[N + 1]` from this law and subtracts the tail-sum formula,
-getting 0 for symbolic :math:`\alpha_1..\alpha_\gamma`, :math:`\gamma = 1..` ``MAX_GAMMA``; the
-induction step :math:`E_\gamma(\alpha_1..) = 1 + \alpha_1 E_{\gamma - 1}(\alpha_2..)` is checked the
-same way; the i.i.d. closed form is proved for a *symbolic* :math:`\gamma` by sympy's geometric
-summation. Cross-check: :func:`rdk_theory.bounds.expected_tokens_per_call` and exact enumeration of all :math:`2^\gamma` accept/reject patterns for
+Proof (symbolic): with :math:`T_k = \prod_{t \le k} \alpha_t` (:math:`T_0 = 1`) the law reads
+:math:`P(N = k) = T_k (1 - \alpha_{k+1}) = T_k - T_{k+1}` for :math:`k < \gamma` and
+:math:`P(N = \gamma) = T_\gamma`, i.e. :math:`T_\gamma - T_{\gamma+1}` with :math:`T_{\gamma+1} := 0`.
+Summation by parts, :math:`\sum_{k=0}^{g} (k+1)(T_k - T_{k+1}) = \sum_{k=0}^{g} T_k - (g+1) T_{g+1}`,
+is proved by induction on a *symbolic* :math:`g` for an arbitrary sequence :math:`T` (sympy checks
+the base case and that both sides grow by the same term), so :math:`E[N + 1] = \sum_{k=0}^{\gamma}
+T_k` for every :math:`\gamma`. Sympy also expands :math:`E[N + 1]` from the law and subtracts the
+tail-sum formula, getting 0 for symbolic :math:`\alpha_1..\alpha_\gamma`, :math:`\gamma = 1..`
+``MAX_GAMMA``; the i.i.d. closed form is proved for a symbolic :math:`\gamma` by sympy's
+geometric summation. Cross-check: :func:`rdk_theory.bounds.expected_tokens_per_call` and exact enumeration of all :math:`2^\gamma` accept/reject patterns for
 rational acceptances.
 
 Perturbed statement (must be refuted): the acceptances add without the product,
@@ -74,13 +79,33 @@ def expected_by_enumeration(alphas):
     return e
 
 
+def _by_parts_for_every_gamma(law_term=None) -> bool:
+    """The general-gamma step: ``E[N + 1] = sum_(k=0..gamma) T_k`` from the law of ``N``.
+
+    ``T`` is an arbitrary sequence (sympy ``IndexedBase``). First ``P(N = k) = T_k (1 -
+    alpha_(k+1)) = T_k - T_(k+1)`` given ``T_(k+1) = T_k alpha_(k+1)``. Then, by induction on a
+    symbolic ``g >= 0``, ``D(g) = sum_(k<=g) (k+1)(T_k - T_(k+1)) - sum_(k<=g) T_k + (g+1) T_(g+1)``
+    is 0: ``D(0)`` is evaluated, and ``D(g+1) - D(g)`` is the new summands (the sums over
+    ``0..g+1`` are those over ``0..g`` plus their term at ``g+1``) plus the change of the last
+    term. With ``T_(gamma+1) := 0`` (``P(N = gamma) = T_gamma``) this is the tail sum.
+    ``law_term`` replaces ``(k+1)(T_k - T_(k+1))`` in the tests' negative control.
+    """
+    g = sp.Symbol("g", integer=True, nonnegative=True)
+    k = sp.Symbol("k", integer=True, nonnegative=True)
+    a_next = sp.Symbol("a", real=True)
+    T = sp.IndexedBase("T")
+    law_ok = sp.expand(T[k] * (1 - a_next) - (T[k] - T[k] * a_next)) == 0
+    law = law_term or (lambda j: (j + 1) * (T[j] - T[j + 1]))
+    base = sp.Sum(law(k), (k, 0, 0)).doit() - T[0] + T[1]
+    step = law(g + 1) - T[g + 1] + (g + 2) * T[g + 2] - (g + 1) * T[g + 1]
+    return bool(law_ok and sp.expand(base) == 0 and sp.expand(step) == 0)
+
+
 def _body(out):
-    ok = True
+    ok = _by_parts_for_every_gamma()
     for g in range(1, MAX_GAMMA + 1):
         a = sp.symbols(f"alpha1:{g + 1}")
         ok &= sp.expand(expected_from_law(a) - tail_sum(a)) == 0
-        if g > 1:
-            ok &= sp.expand(tail_sum(a) - (1 + a[0] * tail_sum(a[1:]))) == 0
     alpha = sp.Symbol("alpha", positive=True)
     gamma = sp.Symbol("gamma", integer=True, positive=True)
     k = sp.Symbol("k", integer=True, positive=True)
@@ -90,9 +115,12 @@ def _body(out):
     ok &= all(sp.simplify(expr) == 0 for expr, cond in pieces if cond != sp.Eq(alpha, 1))
     if not ok:
         out.fail("sympy could not establish the expectation identity")
-    out.methods.append(f"sympy: E[N+1] from the law of N minus the tail sum expands to 0 and the induction "
-                       f"step E_g = 1 + alpha_1 E_(g-1) holds, for symbolic alphas and gamma = 1..{MAX_GAMMA}; "
-                       f"i.i.d. closed form by geometric summation for symbolic gamma (alpha != 1)")
+    out.methods.append(f"sympy: P(N = k) = T_k - T_(k+1) with T_k = prod_(t<=k) alpha_t, and summation by "
+                       f"parts sum_(k<=g) (k+1)(T_k - T_(k+1)) = sum_(k<=g) T_k - (g+1) T_(g+1) by induction "
+                       f"on a symbolic g, so E[N+1] = sum_(k<=gamma) T_k for every gamma; E[N+1] from the "
+                       f"law minus the tail sum also expands to 0 for symbolic alphas and gamma = "
+                       f"1..{MAX_GAMMA}; i.i.d. closed form by geometric summation for symbolic gamma "
+                       f"(alpha != 1)")
     for g in range(1, 5):
         for alphas in itertools.product(GRID, repeat=g):
             out.cases += 1

@@ -47,6 +47,18 @@ def vocab_maps(n_target: int, n_draft: int):
             yield np.array(entries, dtype=np.int64)
 
 
+def every_map(n_max: int):
+    """Every ``(n_target, n_draft, draft_to_target)`` with ``1 <= n_target, n_draft <= n_max``.
+
+    So the pruned maps include proper subsets (``n_draft < n_target``, where ``p(D) < 1`` is
+    possible), not only the permutations ``n_draft = n_target`` allows.
+    """
+    for nt in range(1, n_max + 1):
+        for nd in range(1, n_max + 1):
+            for m in vocab_maps(nt, nd):
+                yield nt, nd, m
+
+
 def row_stochastic(n: int, d: int):
     """Every ``n x n`` row-stochastic matrix with entries in multiples of ``1/d`` (small n, d!)."""
     rows = list(distributions(n, d))

@@ -5,7 +5,8 @@ r"""Statement O3 (identity kernel): exact RDK with :math:`M = I` equals TLI.
 Proof (symbolic): sympy's matrix-expression algebra simplifies :math:`I_n^\top q` to :math:`q` for a
 symbolic :math:`n`. Cross-check: :func:`rdk_theory.proposals.rdk_proposal` with the
 :class:`~rdk_theory.kernels.IdentityKernel` and with an explicit dense exact identity matrix equals
-:func:`~rdk_theory.proposals.tli_proposal` (``==``) on every drafter map and grid law.
+:func:`~rdk_theory.proposals.tli_proposal` (``==``) on every drafter map with :math:`N_T, N_D \le 3`
+and every law on the grid.
 
 Perturbed statement (must be refuted): a uniform kernel (every row :math:`1/n`) also equals TLI.
 """
@@ -18,13 +19,13 @@ from rdk_theory.kernels import DenseKernel, IdentityKernel
 from rdk_theory.proposals import rdk_proposal, tli_proposal
 from rdk_theory.vocab import VocabMap
 
-from .exhaustive import distributions, fractions, vocab_maps
+from .exhaustive import distributions, every_map, fractions
 from .result import run_check
 
 ID = "O3"
 TITLE = "RDK with the identity kernel equals TLI"
 PERTURBED = "RDK with the uniform kernel equals TLI"
-GRID = dict(n_target=3, n_draft=3, d=3)
+GRID = dict(n_max=3, d=3)
 
 
 def _body(out):
@@ -33,26 +34,28 @@ def _body(out):
     if sp.simplify((sp.Identity(n).T * q).doit()) != q:
         out.fail("sympy could not simplify I^T q to q")
     out.methods.append("sympy: I_n^T q = q for symbolic n (matrix expressions)")
-    nt, nd, d = GRID["n_target"], GRID["n_draft"], GRID["d"]
-    eye = np.empty((nt, nt), dtype=object)
-    for i in range(nt):
-        eye[i] = fractions([int(i == j) for j in range(nt)], 1)
-    dense_eye = DenseKernel(eye)
-    uniform = DenseKernel(np.array([list(fractions([1] * nt, nt))] * nt, dtype=object))
-    for m in vocab_maps(nt, nd):
+    n_max, d = GRID["n_max"], GRID["d"]
+    dense_eye, uniform = {}, {}
+    for n in range(1, n_max + 1):
+        eye = np.empty((n, n), dtype=object)
+        for i in range(n):
+            eye[i] = fractions([int(i == j) for j in range(n)], 1)
+        dense_eye[n] = DenseKernel(eye)
+        uniform[n] = DenseKernel(np.array([list(fractions([1] * n, n))] * n, dtype=object))
+    for nt, nd, m in every_map(n_max):
         vm = VocabMap(nt, m)
         for q in distributions(nd, d):
             out.cases += 1
             tli = list(tli_proposal(q, vm))
-            for kern in (IdentityKernel(), dense_eye):
+            for kern in (IdentityKernel(), dense_eye[nt]):
                 got = list(rdk_proposal(q, vm, kern))
                 if got != tli:
                     out.fail({"q": q, "draft_to_target": m, "kernel": type(kern).__name__, "rdk": got, "tli": tli})
-            uni = list(rdk_proposal(q, vm, uniform))
+            uni = list(rdk_proposal(q, vm, uniform[nt]))
             if uni != tli:
                 out.refute({"q": q, "draft_to_target": m, "rdk_uniform": uni, "tli": tli})
     out.methods.append(f"exhaustive exact check of rdk_proposal == tli_proposal over every drafter map "
-                       f"with N_T = N_D = {nt} and every q on the 1/{d} grid")
+                       f"with N_T, N_D in 1..{n_max} and every q on the 1/{d} grid")
 
 
 def check():

@@ -40,17 +40,31 @@ def _symbolic(out) -> bool:
     lemma = sp.Min(a, b) + sp.Max(0, a - b) - a
     # case a <= b: b = a + e;  case a > b: a = b + e.
     ok = sp.simplify(lemma.subs(b, a + e)) == 0 and sp.simplify(lemma.subs(a, b + e)) == 0
-    # telescoping of the output law for a symbolic vocabulary of size n:
+    # the residual's normaliser for a symbolic vocabulary of size n. By the lemma, each term
+    # (p - r)^+ equals p - min(p, r); the sum of those is sum p - alpha by linearity, and the
+    # hypothesis sum p = 1 makes it 1 - alpha. The hypothesis is needed: without it the
+    # difference is sum p - 1, which sympy must not call 0.
     n = sp.Symbol("n", integer=True, positive=True)
     x = sp.Idx("x", n)
     pp, rr = sp.IndexedBase("p"), sp.IndexedBase("r")
-    total_excess = sp.Sum(pp[x] - sp.Min(pp[x], rr[x]), (x, 0, n - 1))
-    alpha = sp.Sum(sp.Min(pp[x], rr[x]), (x, 0, n - 1))
-    sum_p = sp.Sum(pp[x], (x, 0, n - 1))
-    telescoped = sp.simplify((total_excess - (sum_p - alpha)).doit())
-    ok = ok and telescoped == 0
-    out.methods.append("sympy: two-case split of min gives min(a,b) + (a-b)^+ = a; summed over a "
-                       "symbolic vocabulary with sum p = 1 the residual's normaliser is 1 - alpha")
+
+    def total(term):
+        return sp.Sum(term, (x, 0, n - 1))
+
+    alpha, sum_p = total(sp.Min(pp[x], rr[x])), total(pp[x])
+    term_by_lemma = sp.Max(0, pp[x] - rr[x]) - (pp[x] - sp.Min(pp[x], rr[x]))
+    ok = ok and sp.simplify(term_by_lemma - lemma.subs({a: pp[x], b: rr[x]})) == 0
+    normaliser = total(pp[x] - sp.Min(pp[x], rr[x])).expand()  # linearity of the sum
+    ok = ok and sp.simplify(normaliser.subs(sum_p, 1) - (1 - alpha)) == 0
+    ok = ok and sp.simplify(normaliser - (1 - alpha)) != 0  # sum p = 1 is really used
+    # the output law for alpha < 1: min(p, r) + (1 - alpha) (p - r)^+ / (1 - alpha) = p (lemma)
+    al = sp.Symbol("alpha", real=True)
+    law = sp.Min(a, b) + (1 - al) * sp.Max(0, a - b) / (1 - al) - a
+    ok = ok and sp.simplify(law - lemma) == 0
+    out.methods.append("sympy: two-case split of min gives min(a,b) + (a-b)^+ = a; by it and "
+                       "linearity, over a symbolic vocabulary, the residual's normaliser "
+                       "sum (p-r)^+ is sum p - alpha, which is 1 - alpha given sum p = 1 (and "
+                       "not without it); for alpha < 1 the two branches add to p")
     return ok
 
 

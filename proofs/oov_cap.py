@@ -6,13 +6,16 @@ TLI's proposal lives on :math:`I`, so :math:`\alpha_{TLI} = \sum_{x \in I} \min(
 samplers coincide; there :math:`I` is the kept set :math:`D`.
 
 Proof (symbolic): :math:`\min(p, r) \le p` in both cases of min; the support argument is exact.
-Cross-check: the core's :func:`rdk_theory.acceptance.oov_cap` and proposals over every drafter
-map with :math:`N_T, N_D \le 3` and every exact :math:`p, q` on the grid.
+Cross-check: the core's :func:`rdk_theory.acceptance.oov_cap` (also against :math:`\sum_{x \in I}
+p(x)` written out) and proposals over every drafter map with :math:`N_T, N_D \le 3` (pruned maps
+with :math:`N_D < N_T`, where :math:`p(D) < 1`, included) and every exact :math:`p, q` on the grid.
 
 Perturbed statement (must be refuted): the cap also binds exact RDK (it does not: a kernel moves
 drafted mass onto OOV tokens, statement O4).
 """
 from __future__ import annotations
+
+from fractions import Fraction
 
 import numpy as np
 import sympy as sp
@@ -22,14 +25,14 @@ from rdk_theory.kernels import DenseKernel
 from rdk_theory.proposals import rdk_proposal, tli_proposal, vanilla_proposal
 from rdk_theory.vocab import VocabMap
 
-from .exhaustive import distributions, fractions, vocab_maps
+from .exhaustive import distributions, every_map, fractions
 from .result import run_check
 from .symbolic import holds_for_all_orderings
 
 ID = "O2"
 TITLE = "OOV cap: alpha_TLI <= p(I); pruned drafter: alpha_vanilla = alpha_TLI <= p(D)"
 PERTURBED = "exact RDK with a uniform kernel is also capped by p(I)"
-GRID = dict(n_target=3, n_draft=3, d=3)
+GRID = dict(n_max=3, d=3)
 
 
 def _body(out):
@@ -38,18 +41,21 @@ def _body(out):
     if not ok:
         out.fail("sympy could not establish min(p, r) <= p")
     out.methods.append("sympy: min(p, r) <= p in both cases; TLI's proposal vanishes off I")
-    nt, nd, d = GRID["n_target"], GRID["n_draft"], GRID["d"]
-    ps, qs = list(distributions(nt, d)), list(distributions(nd, d))
-    third = fractions([1] * nt, nt)
-    uniform = DenseKernel(np.array([list(third)] * nt, dtype=object), check=False)
-    for m in vocab_maps(nt, nd):
+    n_max, d = GRID["n_max"], GRID["d"]
+    laws = {n: list(distributions(n, d)) for n in range(1, n_max + 1)}
+    uniform = {n: DenseKernel(np.array([list(fractions([1] * n, n))] * n, dtype=object), check=False)
+               for n in laws}
+    for nt, nd, m in every_map(n_max):
         vm = VocabMap(nt, m)
-        for q in qs:
+        in_target = sorted({int(x) for x in m if x >= 0})  # I, written out
+        for q in laws[nd]:
             van, tli = vanilla_proposal(q, vm), tli_proposal(q, vm)
-            rdk = rdk_proposal(q, vm, uniform)
-            for p in ps:
+            rdk = rdk_proposal(q, vm, uniform[nt])
+            for p in laws[nt]:
                 out.cases += 1
                 cap, a_t, a_v = oov_cap(p, vm), acceptance_rate(p, tli), acceptance_rate(p, van)
+                if cap != sum((p[x] for x in in_target), Fraction(0)):
+                    out.fail({"p": p, "draft_to_target": m, "oov_cap": cap, "I": in_target})
                 if a_t > cap:
                     out.fail({"p": p, "q": q, "draft_to_target": m, "alpha_tli": a_t, "cap": cap})
                 if vm.is_pruned and a_v != a_t:
@@ -58,8 +64,8 @@ def _body(out):
                 if a_r > cap:
                     out.refute({"p": p, "q": q, "draft_to_target": m, "kernel": "uniform",
                                 "alpha_rdk": a_r, "cap": cap})
-    out.methods.append(f"exhaustive exact check over every drafter map with N_T = N_D = {nt} and "
-                       f"every p, q on the 1/{d} grid")
+    out.methods.append(f"exhaustive exact check (p(I) also against its definition) over every "
+                       f"drafter map with N_T, N_D in 1..{n_max} and every p, q on the 1/{d} grid")
 
 
 def check():

@@ -20,14 +20,14 @@ from rdk_theory.acceptance import acceptance_rate
 from rdk_theory.proposals import tli_proposal, vanilla_proposal
 from rdk_theory.vocab import VocabMap
 
-from .exhaustive import distributions, vocab_maps
+from .exhaustive import distributions, every_map
 from .result import run_check
 from .symbolic import decide, holds_for_all_orderings
 
 ID = "O1"
 TITLE = "TLI accepts at least as often as vanilla, termwise"
 PERTURBED = "vanilla accepts at least as often as TLI"
-GRID = dict(n_target=3, n_draft=3, d=3)
+GRID = dict(n_max=3, d=3)
 
 
 def _symbolic() -> bool:
@@ -44,17 +44,16 @@ def _body(out):
         out.fail("sympy could not establish q/s >= q and the monotonicity of min(p, .)")
     out.methods.append("sympy: q/s - q >= 0 for every s = 1/(1+u) in (0, 1] (it is q u), and "
                        "min(p, b) >= min(p, a) for a <= b in every ordering of p, a, b")
-    nt, nd, d = GRID["n_target"], GRID["n_draft"], GRID["d"]
-    ps = list(distributions(nt, d))
-    qs = list(distributions(nd, d))
-    for m in vocab_maps(nt, nd):
+    n_max, d = GRID["n_max"], GRID["d"]
+    laws = {n: list(distributions(n, d)) for n in range(1, n_max + 1)}
+    for nt, nd, m in every_map(n_max):
         vm = VocabMap(nt, m)
-        for q in qs:
+        for q in laws[nd]:
             van, tli = vanilla_proposal(q, vm), tli_proposal(q, vm)
             want = _vanilla_by_definition(q, m, nt)
             if list(van) != list(want):  # the core's scatter, against the definition
                 out.fail({"q": q, "draft_to_target": m, "vanilla": van, "by_definition": want})
-            for p in ps:
+            for p in laws[nt]:
                 out.cases += 1
                 a_v, a_t = acceptance_rate(p, van), acceptance_rate(p, tli)
                 if a_t < a_v:
@@ -63,7 +62,7 @@ def _body(out):
                     out.refute({"p": p, "q": q, "draft_to_target": m, "alpha_vanilla": a_v, "alpha_tli": a_t})
     out.methods.append(f"exhaustive exact check of the core proposals (vanilla also against its "
                        f"definition, token by token) over every drafter map with "
-                       f"N_T = N_D = {nt} and every p, q on the 1/{d} grid")
+                       f"N_T, N_D in 1..{n_max} and every p, q on the 1/{d} grid")
 
 
 def _vanilla_by_definition(q, draft_to_target, n_target):

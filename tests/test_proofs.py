@@ -243,3 +243,41 @@ def test_statement_S_symbolic_step_uses_the_unit_bound():
 
     assert string_level._symbolic(bounded=True)
     assert not string_level._symbolic(bounded=False)
+
+
+def test_O2_checks_the_cap_against_its_definition(monkeypatch):
+    """A cap that sums p over the drafter map instead of over I (where -1 indexes the last
+    target token) only ever over-estimates, so alpha_TLI <= cap cannot catch it; O2's check
+    of p(I) against the sum written out does."""
+    import proofs.oov_cap as o2
+    from rdk_theory import _backend as B
+
+    def over_the_map(p, vocab_map):  # the mutant: -1 silently adds p of the last token
+        return B.total(p[..., vocab_map.draft_to_target])
+
+    monkeypatch.setattr(o2, "oov_cap", over_the_map)
+    res = o2.check()
+    assert res.status == "failed" and res.counterexample is not None
+
+
+def test_the_drafter_maps_include_proper_pruned_subsets():
+    """O1-O3 enumerate pruned maps whose kept set D is a proper subset of the target (so
+    p(D) < 1 on the grid), not only the permutations that N_D = N_T = 3 allows."""
+    from proofs.exhaustive import every_map
+
+    shapes = {(nt, len(set(m.tolist())))
+              for nt, nd, m in every_map(3) if rt.VocabMap(nt, m).is_pruned}
+    assert {(2, 1), (3, 1), (3, 2)} <= shapes
+
+
+def test_statement_B_general_gamma_step_is_not_vacuous():
+    """The symbolic-gamma summation by parts fails for a wrong law: without the factor k + 1
+    (P(N = k) summed, not E[N + 1]) or with a mass that does not telescope."""
+    import sympy as sp
+
+    from proofs import block_efficiency as be
+
+    T = sp.IndexedBase("T")
+    assert be._by_parts_for_every_gamma()
+    assert not be._by_parts_for_every_gamma(lambda j: T[j] - T[j + 1])
+    assert not be._by_parts_for_every_gamma(lambda j: (j + 1) * (T[j] - T[j + 2]))
