@@ -170,7 +170,7 @@ def optimal_acceptance_lp(target_probs, draft_probs, k: int) -> float:
     res = linprog(-np.ones(len(cols)), A_ub=a_ub, b_ub=b_ub, bounds=(0, None), method="highs")
     if res.status != 0:  # pragma: no cover - pi = 0 is always feasible and the LP is bounded
         raise RuntimeError(f"linprog failed: {res.message}")
-    return float(-res.fun)
+    return max(0.0, float(-res.fun))  # an optimum of 0 (disjoint supports) is 0.0, not -0.0
 
 
 def optimal_acceptance_cut(target_probs, draft_probs, k: int):

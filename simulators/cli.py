@@ -118,7 +118,8 @@ def cmd_speedup(args) -> int:
         g, s = optimal_gamma(a, args.c, args.gamma_max)
         curve = [float(speedup(a, k, args.c)) for k in range(args.gamma_max + 1)]
         row = {"alpha": a, "c": args.c, "best_gamma": g, "speedup": s,
-               "tokens_per_call": float(expected_tokens_iid(a, g))}
+               "tokens_per_call": float(expected_tokens_iid(a, g)),
+               "at_gamma_max": bool(g == args.gamma_max)}  # the optimum may lie beyond the cap
         if args.mc and g > 0:
             x = mc_tokens_iid([a] * g, args.mc, rng)
             m, lo, hi = mean_ci(x, 0.999)
@@ -134,7 +135,11 @@ def cmd_speedup(args) -> int:
     for r in rows:
         mc = (f"   {r['mc']['tokens_per_call']:.4f} [{r['mc']['ci999'][0]:.4f}, {r['mc']['ci999'][1]:.4f}]"
               if "mc" in r else "")
-        lines.append(f"{r['alpha']:>7.3f}{r['best_gamma']:>12d}{r['tokens_per_call']:>13.4f}{r['speedup']:>10.4f}{mc}")
+        best_g = f"{'>=' if r['at_gamma_max'] else ''}{r['best_gamma']}"
+        lines.append(f"{r['alpha']:>7.3f}{best_g:>12}{r['tokens_per_call']:>13.4f}{r['speedup']:>10.4f}{mc}")
+    if any(r["at_gamma_max"] for r in rows):
+        lines.append(f">=: the best gamma is the largest searched (--gamma-max {args.gamma_max}); "
+                     "raise it to find the optimum (tokens/call and speedup are at that gamma)")
     from . import plots
 
     _figure(args, plots.speedup_figure, args.alpha, args.c, args.gamma_max, curves, best)
@@ -234,7 +239,8 @@ def cmd_disco(args) -> int:
              f"toy trace ({args.pair}/{args.sampler}, exact DP): best static gamma "
              f"{out['toy_trace']['best_static_gamma']} -> {min(tstatic):.4f}; oracle {toracle:.4f}; "
              f"oracle gain {out['toy_trace']['oracle_gain']:+.1%}",
-             f"toy LM speculative sampling ({args.tokens} tokens per policy, Monte Carlo):",
+             f"toy LM speculative sampling ({args.tokens} tokens per policy, Monte Carlo; oracle and "
+             f"threshold draft at most --gamma-max {args.gamma_max} per call):",
              f"  {'policy':<16}{'time/token':>11}{'tokens/call':>13}{'gain':>8}"]
     for k, v in runs.items():
         lines.append(f"  {k:<16}{v['time_per_token']:>11.4f}{v['tokens_per_call']:>13.3f}"
@@ -278,8 +284,9 @@ def cmd_spectr(args) -> int:
             row["mc"] = {"n": args.mc, "acceptance": float(ok.mean()),
                          "counts": np.bincount(toks, minlength=args.support).tolist()}
     worst = []
+    trial_rng = np.random.default_rng([args.seed, 1])  # its own stream: the same pairs for any --mc
     for _ in progress(range(args.trials), desc="spectr trials", total=args.trials):
-        pp, qq = _random_pair(rng, args.support)
+        pp, qq = _random_pair(trial_rng, args.support)
         worst.extend(r["ratio"] for r in compare_with_lp(pp.astype(float), qq.astype(float), ks))
     out = {"p": [str(x) for x in p], "q": [str(x) for x in q], "rows": rows,
            "trials": args.trials, "min_ratio_over_trials": float(min(worst)) if worst else None,
@@ -346,6 +353,16 @@ def cmd_string(args) -> int:
 # -------------------------------------------------------------------------------- register
 _count = int_at_least(0)  # e.g. --mc 0: no Monte Carlo; --gamma 0: no drafts; --seed
 _positive_int = int_at_least(1)
+
+
+def _mc_count(text):
+    """An argparse type: Monte Carlo iterations, 0 (none) or >= 2 (a confidence interval
+    needs two draws; one gave an infinite interval and a NaN p-value)."""
+    value = _count(text)
+    if value == 1:
+        raise argparse.ArgumentTypeError("expected 0 (no Monte Carlo) or at least 2 iterations "
+                                         "(a confidence interval needs two), got 1")
+    return value
 
 
 def _unit_float(text):
@@ -422,7 +439,8 @@ def register(subparsers) -> None:
     b.add_argument("--gamma", type=_count, default=3, help="draft length (default 3)")
     b.add_argument("--seed", type=_count, default=0,
                    help="seed of the toy models and the Monte Carlo (>= 0)")
-    b.add_argument("--mc", type=_count, default=0, help="Monte Carlo iterations (default 0: none)")
+    b.add_argument("--mc", type=_mc_count, default=0,
+                   help="Monte Carlo iterations, 0 or >= 2 (default 0: none)")
     common(b)
     b.set_defaults(func=cmd_block)
 
@@ -434,7 +452,8 @@ def register(subparsers) -> None:
     s.add_argument("--alpha", type=float, nargs="+", default=[0.6, 0.8, 0.9], help="acceptance rates")
     s.add_argument("--c", type=float, default=0.05, help="drafter/target cost ratio (default 0.05)")
     s.add_argument("--gamma-max", type=_positive_int, default=16, help="largest gamma searched (default 16)")
-    s.add_argument("--mc", type=_count, default=0, help="Monte Carlo iterations at the best gamma")
+    s.add_argument("--mc", type=_mc_count, default=0,
+                   help="Monte Carlo iterations at the best gamma, 0 or >= 2 (default 0: none)")
     s.add_argument("--seed", type=_count, default=0)
     common(s)
     s.set_defaults(func=cmd_speedup)
@@ -463,7 +482,9 @@ def register(subparsers) -> None:
     c.add_argument("--c", type=_unit_float, default=0.1,
                    help="drafter/target cost ratio in [0, 1] (default 0.1; a drafter slower than "
                         "the target never pays off, and the oracle bounds the policies only then)")
-    c.add_argument("--gamma-max", type=_positive_int, default=8)
+    c.add_argument("--gamma-max", type=_positive_int, default=8,
+                   help="largest static gamma, and the most drafts per call of the toy LM's oracle "
+                        "and threshold policies (default 8)")
     c.add_argument("--tokens", type=_positive_int, default=20000, help="tokens per policy (default 20000)")
     c.add_argument("--trace-length", type=int_at_least(2), default=2000,
                    help="positions of each acceptance trace (default 2000)")

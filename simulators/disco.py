@@ -148,9 +148,11 @@ def run_policy(target, proposal_fn, n_tokens: int, c: float, rng, *, policy="sta
 
     Parameters:
       policy: ``"static"`` (``gamma`` drafts), ``"oracle"`` (draft until the first rejected
-        draft; that draft is not paid for unless ``charge_mismatch``), or ``"threshold"``
-        (stop after a drafted token with proposal probability ``< threshold``, or at
-        ``gamma_max``).
+        draft, or at ``gamma_max``; that draft is not paid for unless ``charge_mismatch``), or
+        ``"threshold"`` (stop after a drafted token with proposal probability ``< threshold``,
+        or at ``gamma_max``). The cap makes the oracle a bound for policies that draft at
+        most ``gamma_max`` per call (with ``p == q`` it would never stop); the trace oracle
+        (:func:`trace_time_oracle`) has no cap.
       window: contexts are cut to the last ``window`` target tokens (exact for Markov targets
         of order <= window; a re-tokenizing drafter re-tokenizes that window).
       keep_tokens: also return ``"emitted"`` (the target ids, in order) and ``"per_call"``

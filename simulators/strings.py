@@ -10,7 +10,8 @@ its generated string starts with target token ``t`` — comes from
 (enumerating segmentations); both must agree exactly.
 
 * SLEM: the target draws ``t ~ p`` and keeps it; the draft is accepted when it spells ``t``.
-  Output ``= t ~ p`` (lossless); acceptance ``sum_t p(t) psi(t)``.
+  Output ``= t ~ p``: lossless by construction (the output law, summed over the accept and
+  reject branches, is ``p psi + p (1 - psi) = p``); acceptance ``sum_t p(t) psi(t)``.
 * SLRS: the drafted target token ``t ~ psi`` is accepted with ``min(1, p(t)/psi(t))``, else a
   residual token is drawn; output law ``min(p, psi) + (1 - alpha) res = p`` (checked exactly with
   :func:`rdk_theory.acceptance.step_output_law`); acceptance ``sum_t min(p(t), psi(t))``.
@@ -73,7 +74,9 @@ def string_step(target_probs, drafter_next, *, target_tokens=TARGET_TOKENS, draf
         "slem": slem_acceptance(p, ps),
         "slrs": slrs_acceptance(p, ps),
         "slrs_output_law": step_output_law(p, ps, check=False),
-        "slem_output_law": p.copy(),  # the target's own draw is always the output
+        # SLEM's two branches: draft spells t (accepted, p psi) or not (rejected, p (1 - psi));
+        # either way the target's own draw t is emitted, so the law is p by construction.
+        "slem_output_law": p * ps + p * (1 - ps),
     }
 
 

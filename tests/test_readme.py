@@ -1,9 +1,11 @@
-"""The READMEs show what the code prints: the 60-second example and the committed real-model
-runs."""
+"""The READMEs show what the code prints: the 60-second example, the committed real-model
+runs and the fast simulators' tables."""
 import contextlib
 import io
 import re
 from pathlib import Path
+
+import pytest
 
 README = Path(__file__).resolve().parents[1] / "README.md"
 
@@ -293,3 +295,32 @@ def test_readme_benchmark_worst_ratio_tables_are_the_committed_json():
                    f"on the blas engine ({blas[2]} cold, {blas[3]} hot), not at batch 1 "
                    f"({blas[0]} cold, {blas[1]} hot)"):
         assert phrase in prose, phrase
+
+
+SIM_README = README.parent / "simulators" / "README.md"
+_COST_ROW = re.compile(r"^(\s+\d+\s+\d+)\s+\S+$")  # string's cost table: length, count, seconds
+
+
+@pytest.mark.parametrize("simulator", ["speedup", "dsi", "spectr", "string"])
+def test_simulators_readme_tables_are_what_the_commands_print(simulator, capsys):
+    """The simulators README's command for each fast simulator, run as written (without its
+    --figure), prints every line of the README's table: exact numbers, Monte Carlo columns
+    included (seeded). Only the wall-clock seconds of the string cost table are not compared."""
+    from rdk_theory.cli import main
+
+    text = SIM_README.read_text()
+    m = re.search(rf"```\n(rdk-theory simulate {simulator} [^\n]*)\n```\n```\n(.*?)```", text, re.S)
+    argv = m.group(1).split()[1:]
+    if "--figure" in argv:
+        i = argv.index("--figure")
+        del argv[i:i + 2]
+    assert main(argv) == 0
+    printed = capsys.readouterr().out.splitlines()
+
+    def comparable(lines):
+        return [_COST_ROW.sub(r"\1", line) if simulator == "string" else line for line in lines]
+
+    want, got = comparable(m.group(2).splitlines()), comparable(printed)
+    missing = [line for line in want if line not in got]
+    assert not missing, missing
+    assert [got.index(line) for line in want] == sorted(got.index(line) for line in want)

@@ -69,6 +69,8 @@ def test_spectr_and_string(capsys):
 
 @pytest.mark.parametrize("argv", [
     ["speedup", "--mc", "-5"],
+    ["speedup", "--mc", "1"],  # one draw has no confidence interval (it printed +-inf and NaN)
+    ["block", "--mc", "1"],
     ["spectr", "--mc", "-3"],
     ["dsi", "--k-max", "0"],
     ["block", "--gamma", "-1"],
@@ -131,3 +133,40 @@ def test_a_figure_path_without_suffix_is_written_as_png_and_named_so(capsys, tmp
     rc, out, _ = _run(capsys, "speedup", "--alpha", "0.8", "--figure", str(tmp_path / "fig"))
     assert rc == 0 and (tmp_path / "fig.png").stat().st_size > 1000
     assert f"figure written to {tmp_path / 'fig.png'}" in out
+
+
+def test_speedup_flags_a_best_gamma_at_the_search_cap(capsys):
+    """At alpha 0.95, c 0.05 the best gamma is 21 (speedup 6.600), beyond the default cap of
+    16: the table says >=16 and the JSON at_gamma_max, rather than passing 16 off as the
+    optimum; with --gamma-max 64 the optimum is found and not flagged."""
+    rc, out, _ = _run(capsys, "speedup", "--alpha", "0.6", "0.95", "--c", "0.05")
+    rows = [line.split() for line in out.splitlines() if line.startswith(("  0.600", "  0.950"))]
+    assert rc == 0 and rows[0][1] == "4" and rows[1][1] == ">=16"
+    assert "raise it to find the optimum" in out
+    rc, out, _ = _run(capsys, "speedup", "--alpha", "0.6", "0.95", "--c", "0.05",
+                      "--gamma-max", "64", "--json")
+    rows = json.loads(out)["rows"]
+    assert [(r["best_gamma"], r["at_gamma_max"]) for r in rows] == [(4, False), (21, False)]
+    assert round(rows[1]["speedup"], 3) == 6.600
+
+
+def test_spectr_random_pairs_do_not_depend_on_the_monte_carlo(capsys):
+    """The min ratio over random pairs is one figure for a seed: the trials draw from their
+    own stream, so running the Monte Carlo (--mc) does not change which pairs are tried."""
+    mins = []
+    for mc in ("0", "50"):
+        rc, out, _ = _run(capsys, "spectr", "--k-max", "2", "--trials", "5", "--mc", mc, "--json")
+        assert rc == 0
+        mins.append(json.loads(out)["min_ratio_over_trials"])
+    assert mins[0] == mins[1]
+
+
+def test_spectr_lp_optimum_of_disjoint_supports_is_plus_zero():
+    """Disjoint supports: nothing can be accepted; the LP optimum is 0.0, not -0.0 (which
+    printed as '-0.0000')."""
+    import math
+
+    from rdk_theory.multidraft import optimal_acceptance_lp
+
+    opt = optimal_acceptance_lp([0.5, 0.5, 0.0, 0.0], [0.0, 0.0, 0.5, 0.5], 2)
+    assert opt == 0.0 and math.copysign(1.0, opt) == 1.0
