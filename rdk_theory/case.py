@@ -5,7 +5,9 @@ int; optional ``calibration_probs`` (S, N_T) (needed by the marginal and covaria
 and ``kernel`` (N_T, N_T) (needed by ``--kernel dense``). Every array present is validated,
 used or not (tolerances: :mod:`rdk_theory.validation`); rows of probabilities are
 then renormalised to sum to 1, so that a row within tolerance is read as the distribution it
-approximates.
+approximates. A file may carry other arrays too (ids, provenance): :func:`load_case` leaves
+them out and names them in :attr:`Case.ignored_keys` (no key outside the five changes a
+result, since every option that needs an optional array checks that it is there).
 
 :func:`kernels_for` turns the CLI's kernel options into the kernel of exact RDK and, for the
 covariance kernel, its first-order approximation.
@@ -24,6 +26,7 @@ from .validation import InputError, as_calibration, as_prob_array, as_real_array
 from .vocab import VocabMap
 
 KERNEL_CHOICES = ("identity", "marginal", "covariance", "dense")
+CASE_KEYS = ("target_probs", "draft_probs", "draft_to_target", "calibration_probs", "kernel")
 #: Largest dense N_T x N_T float64 matrix the synthetic report builds (bytes). The CLI never
 #: forms the covariance kernel: it applies it a block of rows at a time
 #: (:class:`rdk_theory.kernels.CovarianceSoftmaxKernel`: faster from N_T ~ 1000 and O(N S)
@@ -38,6 +41,7 @@ class Case:
     vocab_map: VocabMap
     calibration_probs: np.ndarray | None = None
     kernel: np.ndarray | None = None
+    ignored_keys: tuple = ()  # arrays of the file that are not part of a case
 
     @property
     def n_contexts(self) -> int:
@@ -51,6 +55,8 @@ def load_case(path) -> Case:
         raise InputError(f"case file not found: {path}")
     if os.path.isdir(path):
         raise InputError(f"{path} is a directory, not a case file")
+    with open(path, "rb"):  # a file that cannot be read is an OSError naming it (is_zipfile
+        pass  # would call it "not an .npz archive")
     if not zipfile.is_zipfile(path):
         raise InputError(f"{path} is not an .npz archive (write one with numpy.savez)")
     try:
@@ -58,22 +64,41 @@ def load_case(path) -> Case:
             data = {k: z[k] for k in z.files}
     except Exception as exc:  # corrupt zip, pickled objects, not an npz ...
         raise InputError(f"cannot read {path} as .npz: {exc}") from None
-    return case_from_arrays(**{k: v for k, v in data.items()}, source=path)
+    known = {k: data.pop(k) for k in CASE_KEYS if k in data}
+    case = case_from_arrays(**known, source=path)
+    case.ignored_keys = tuple(sorted(data))
+    return case
+
+
+def _shape(x):
+    """``x``'s shape, or None when numpy cannot tell it (a ragged list)."""
+    try:
+        return tuple(np.shape(x))
+    except (ValueError, TypeError):
+        return None
 
 
 def _check_2d(p, q):
     """Shapes before sums: a (C, N, 1) target would otherwise be reported as rows that do not
     sum to 1. An input whose shape numpy cannot tell (a ragged list) is left to the checks of
     its values."""
-    def ndim_shape(x):
-        try:
-            return np.ndim(x), tuple(np.shape(x))
-        except (ValueError, TypeError):
-            return 2, None
-    (pd, ps), (qd, qs) = ndim_shape(p), ndim_shape(q)
-    if pd != 2 or qd != 2:
+    ps, qs = _shape(p), _shape(q)
+    if (ps is not None and len(ps) != 2) or (qs is not None and len(qs) != 2):
         raise InputError(f"target_probs and draft_probs must be 2-D (contexts, vocab), got "
                          f"{ps} and {qs}")
+
+
+def _check_widths(p, q, ids, cal):
+    """The widths that must agree, before any sum: a transposed calibration matrix or a
+    draft_probs cut short would otherwise be reported as rows that do not sum to 1."""
+    ps, qs, ids_s, cs = _shape(p), _shape(q), _shape(ids), _shape(cal)
+    if qs is not None and ids_s is not None and len(ids_s) == 1 and ids_s[0] != qs[1]:
+        raise InputError(f"draft_to_target has {ids_s[0]} entries but draft_probs has "
+                         f"{qs[1]} columns")
+    if cal is not None and ps is not None and cs is not None and (len(cs) != 2
+                                                                  or cs[1] != ps[1]):
+        raise InputError(f"calibration_probs must be (S, {ps[1]}) (one row per calibration "
+                         f"context, a column per target id), got {cs}")
 
 
 def case_from_arrays(*, target_probs=None, draft_probs=None, draft_to_target=None,
@@ -87,6 +112,7 @@ def case_from_arrays(*, target_probs=None, draft_probs=None, draft_to_target=Non
         if val is None:
             raise InputError(f"{source}: missing required array '{name}'")
     _check_2d(target_probs, draft_probs)
+    _check_widths(target_probs, draft_probs, draft_to_target, calibration_probs)
     p = as_prob_array(target_probs, "target_probs")
     q = as_prob_array(draft_probs, "draft_probs")
     _check_2d(p, q)  # a ragged list that numpy read after all

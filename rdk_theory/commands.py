@@ -8,7 +8,7 @@ import sys
 import numpy as np
 
 from .acceptance import acceptance_rate, oov_cap
-from .case import KERNEL_CHOICES, kernel_options_used, kernels_for, load_case
+from .case import CASE_KEYS, KERNEL_CHOICES, kernel_options_used, kernels_for, load_case
 from .proposals import SAMPLERS, build_proposals
 from .sampling import COUNT_CHUNK, sample_counts
 from .validation import KERNEL_ATOL, NEG_ATOL, PROB_ATOL, InputError, int_at_least
@@ -24,11 +24,29 @@ CASE_HELP = (
     "  calibration_probs  (S, N_T)  optional, S >= 1: needed by --kernel marginal|covariance\n"
     "                               and by the first-order sampler\n"
     "  kernel             (N_T, N_T) optional, row-stochastic: needed by --kernel dense\n"
-    "Every array present is checked, used or not: real and finite; probabilities >= "
+    "Each of these present is checked, used or not: real and finite; probabilities >= "
     f"-{NEG_ATOL:g}\n(such tiny negatives are read as 0), row sums within {PROB_ATOL:g} of 1 "
-    f"(rows are then renormalised);\nkernel entries >= 0, row sums within {KERNEL_ATOL:g} "
-    "of 1. Bad input: exit status 2 and one line\n'error: ...' on stderr."
+    "(float16 rows: within its\nrounding, 9.8e-4; rows are then renormalised); kernel entries "
+    f">= 0, row sums within {KERNEL_ATOL:g}\nof 1. Other arrays in the file (ids, provenance) "
+    "are ignored, with a warning on stderr.\nBad input: exit status 2 and one line 'error: ...' "
+    "on stderr.\n"
+    "Kernels (MATH.md): marginal: M = (1 - lam) Id + lam 1 w^T, w the calibration mean on the\n"
+    "target ids outside I (those the drafter cannot propose), renormalised; when there are none,\n"
+    "or they have no calibration mass, the identity (whatever --lam). covariance:\n"
+    "M = softmax over all target columns of Omega / tau, Omega the population covariance\n"
+    "(divided by S) of the calibration rows; the default tau is max_i Omega_ii (1 when every\n"
+    "variance is 0)."
 )
+
+
+def read_case(path):
+    """:func:`rdk_theory.case.load_case`, with one stderr warning naming the arrays of the file
+    that are not part of a case (they are left out, and change nothing)."""
+    case = load_case(path)
+    if case.ignored_keys:
+        print(f"warning: {path}: ignoring arrays {list(case.ignored_keys)} (a case holds "
+              f"{', '.join(CASE_KEYS)})", file=sys.stderr)
+    return case
 
 
 def clipped_acceptance(p, r):
@@ -73,7 +91,7 @@ def warn_ignored_options(args, context: str, used: dict) -> None:
 
 
 def cmd_acceptance(args) -> int:
-    case = load_case(args.case)
+    case = read_case(args.case)
     kind = args.kernel or "identity"
     kernel, first = kernels_for(case, kind, tau=args.tau, lam=args.lam)
     warn_ignored_options(args, f"--kernel {kind}", kernel_options_used(kind))
@@ -101,7 +119,7 @@ def cmd_acceptance(args) -> int:
 
 
 def cmd_sample(args) -> int:
-    case = load_case(args.case)
+    case = read_case(args.case)
     if not 0 <= args.context < case.n_contexts:
         raise InputError(f"--context {args.context} is out of range: the case has "
                          f"{case.n_contexts} contexts (0..{case.n_contexts - 1})")

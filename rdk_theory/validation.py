@@ -63,6 +63,9 @@ def as_prob_array(x, name: str, *, allow_sub_stochastic: bool = False, atol: flo
             if s > 1 or (not allow_sub_stochastic and s != 1):
                 raise InputError(f"{name} must sum to 1 exactly along its last axis, got {s}")
         return arr
+    given = getattr(x, "dtype", None)
+    if isinstance(given, np.dtype) and given.kind == "f" and np.finfo(given).eps > atol:
+        atol = float(np.finfo(given).eps)  # float16 rows miss 1 by their rounding (as on torch)
     arr = as_real_array(x, name)
     if arr.ndim == 0 or arr.shape[-1] == 0:
         raise InputError(f"{name} must have a non-empty last axis, got shape {arr.shape}")
@@ -75,7 +78,8 @@ def as_prob_array(x, name: str, *, allow_sub_stochastic: bool = False, atol: flo
             raise InputError(f"{name} has a negative probability {arr[idx]:.3g} at index {idx} "
                              f"(tolerance {NEG_ATOL:g})")
         arr = np.maximum(arr, 0.0)  # a copy: the caller's array is left as it was
-    sums = arr.sum(axis=-1)
+    with np.errstate(over="ignore"):  # finite entries near 1e308 sum to inf: reported below
+        sums = arr.sum(axis=-1)
     if allow_sub_stochastic:
         bad = sums > 1 + atol
     else:
@@ -279,18 +283,16 @@ def as_draft_to_target(x, n_target: int, name: str = "draft_to_target") -> np.nd
         raise InputError(f"{name} must hold integers, got dtype {arr.dtype}")
     if isinstance(n_target, bool) or not isinstance(n_target, (int, np.integer)) or n_target < 1:
         raise InputError(f"target vocabulary size must be an integer >= 1, got {n_target}")
-    if arr.dtype.kind == "u" and arr.size and int(arr.max()) >= n_target:  # before a wrapping cast
-        j = int(np.argmax(arr >= n_target))
-        raise InputError(
-            f"{name}[{j}] = {arr[j]} is out of range: entries must be -1 or in [0, {n_target - 1}]"
-        )
-    arr = arr.astype(np.int64)
-    bad = (arr < -1) | (arr >= n_target)
+    # the range is checked on the values as given, before the cast to int64 (which would
+    # wrap a uint64 or a float beyond 2^63 into another id, and report the wrong value)
+    bad = (arr >= n_target) if arr.dtype.kind == "u" else (arr < -1) | (arr >= n_target)
     if np.any(bad):
         j = int(np.argmax(bad))
+        shown = f"{arr[j]:g}" if arr.dtype.kind == "f" else f"{arr[j]}"
         raise InputError(
-            f"{name}[{j}] = {arr[j]} is out of range: entries must be -1 or in [0, {n_target - 1}]"
+            f"{name}[{j}] = {shown} is out of range: entries must be -1 or in [0, {n_target - 1}]"
         )
+    arr = arr.astype(np.int64)
     valid = arr[arr >= 0]
     if np.unique(valid).size != valid.size:
         vals, counts = np.unique(valid, return_counts=True)
