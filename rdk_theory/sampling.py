@@ -225,13 +225,13 @@ def sample_counts(target_probs, proposal, n: int, rng, *, chunk: int = COUNT_CHU
     often each target id was emitted, (N_T,) int64; ``accepted`` how many drafts were
     accepted, an int. For ``n <= chunk`` the draws are exactly those of
     ``sample_steps(p, r, n, rng)``. ``progress``: a bar on stderr (None: when it is a terminal).
-    Numpy inputs; validated as :func:`sample_steps` validates them.
+    Inputs as for :func:`sample_steps`: numpy arrays with a ``numpy.random.Generator``, or
+    tensors on any device with a ``torch.Generator`` (or None); validated as it validates
+    them. The counts are a host numpy array either way (N_T integers, one copy per chunk).
     """
     from ._progress import progress as bar
 
     n, chunk = as_count(n, "n"), as_count(chunk, "chunk", 1)
-    if B.is_torch(target_probs) or B.is_torch(proposal):
-        raise InputError("sample_counts takes numpy arrays; use sample_steps for torch tensors")
     counts, accepted = None, 0
     blocks = max(1, -(-n // chunk))  # n = 0: one empty draw, which validates the inputs
     sizes = (min(chunk, n - i * chunk) for i in range(blocks))  # lazily: flat for any n

@@ -273,3 +273,17 @@ def test_host_side_reference_helpers_take_device_tensors(device_tensors):
         got = fn(*(_t(a) for a in args))
         assert not isinstance(got, torch.Tensor), name
         assert np.array_equal(np.asarray(got), np.asarray(want)), (name, got, want)
+
+
+def test_sample_counts_takes_device_tensors(device_tensors):
+    """sample_counts on tensors (a CUDA-like device) draws with the torch generator exactly
+    what sample_steps draws, chunk by chunk on the same generator, and counts on the host."""
+    p = _t([0.5, 0.0, 0.3, 0.2])
+    r = _t([0.1, 0.0, 0.6, 0.1])  # sub-stochastic: a drafter token the target lacks
+    g = torch.Generator().manual_seed(7)
+    parts = [rt.sample_steps(p, r, size, g) for size in (300, 300, 100)]
+    counts, accepted = rt.sample_counts(p, r, 700, torch.Generator().manual_seed(7), chunk=300)
+    assert isinstance(counts, np.ndarray) and counts.dtype == np.int64
+    want = rt.emitted_counts(torch.cat([t for t, _ in parts]), 4)
+    assert np.array_equal(counts, want) and counts.sum() == 700 and counts[1] == 0
+    assert accepted == sum(int(a.sum()) for _, a in parts)
