@@ -94,7 +94,7 @@ def _by_parts_for_every_gamma(law_term=None) -> bool:
     k = sp.Symbol("k", integer=True, nonnegative=True)
     a_next = sp.Symbol("a", real=True)
     T = sp.IndexedBase("T")
-    law_ok = sp.expand(T[k] * (1 - a_next) - (T[k] - T[k] * a_next)) == 0
+    law_ok = sp.expand((T[k] * (1 - a_next) - (T[k] - T[k + 1])).subs(T[k + 1], T[k] * a_next)) == 0
     law = law_term or (lambda j: (j + 1) * (T[j] - T[j + 1]))
     base = sp.Sum(law(k), (k, 0, 0)).doit() - T[0] + T[1]
     step = law(g + 1) - T[g + 1] + (g + 2) * T[g + 2] - (g + 1) * T[g + 1]

@@ -57,10 +57,12 @@ def _symbolic(out) -> bool:
     normaliser = total(pp[x] - sp.Min(pp[x], rr[x])).expand()  # linearity of the sum
     ok = ok and sp.simplify(normaliser.subs(sum_p, 1) - (1 - alpha)) == 0
     ok = ok and sp.simplify(normaliser - (1 - alpha)) != 0  # sum p = 1 is really used
-    # the output law for alpha < 1: min(p, r) + (1 - alpha) (p - r)^+ / (1 - alpha) = p (lemma)
-    al = sp.Symbol("alpha", real=True)
-    law = sp.Min(a, b) + (1 - al) * sp.Max(0, a - b) / (1 - al) - a
+    # the output law for alpha < 1: the reject branch (weight 1 - alpha) draws y from the
+    # residual, (p - r)^+ over the normaliser proved above; with it, min + branch = p (lemma)
+    law = (sp.Min(a, b) + (1 - alpha) * sp.Max(0, a - b) / normaliser.subs(sum_p, 1)) - a
     ok = ok and sp.simplify(law - lemma) == 0
+    unused = (sp.Min(a, b) + (1 - alpha) * sp.Max(0, a - b) / normaliser) - a  # no sum p = 1
+    ok = ok and sp.simplify(unused - lemma) != 0
     out.methods.append("sympy: two-case split of min gives min(a,b) + (a-b)^+ = a; by it and "
                        "linearity, over a symbolic vocabulary, the residual's normaliser "
                        "sum (p-r)^+ is sum p - alpha, which is 1 - alpha given sum p = 1 (and "

@@ -25,7 +25,7 @@ import numpy as np
 
 from .acceptance import acceptance_rate, total_variation
 from .acceptance import oov_cap as _oov_cap
-from .validation import InputError, as_prob_array, host
+from .validation import InputError, host, host_prob_array
 
 #: Largest target vocabulary the dense LP of :func:`best_static_kernel_lp` accepts.
 MAX_LP_VOCAB = 64
@@ -42,8 +42,8 @@ def tv_upper_bound(target_probs, proposal):
     For a normalised ``r`` this *equals* ``alpha(p, r)`` (statement A); for a sub-stochastic
     ``r``, ``alpha(p, r) <= 1 - TV(p, r / r(T))`` is an upper bound. ``r = 0`` gives 0.
     """
-    p = as_prob_array(host(target_probs, "target_probs"), "target_probs")
-    r = as_prob_array(host(proposal, "proposal"), "proposal", allow_sub_stochastic=True)
+    p = host_prob_array(target_probs, "target_probs")
+    r = host_prob_array(proposal, "proposal", allow_sub_stochastic=True)
     if p.shape != r.shape:
         raise InputError(f"target_probs and proposal must have one shape, got {p.shape}, {r.shape}")
     mass = r.sum(axis=-1, keepdims=True)
@@ -54,8 +54,8 @@ def tv_upper_bound(target_probs, proposal):
 
 def _host_pair(target_probs, tli_proposals):
     """``p`` and ``q'`` as (C, N_T) host arrays, checked."""
-    p = as_prob_array(host(target_probs, "target_probs"), "target_probs")
-    qp = as_prob_array(host(tli_proposals, "tli_proposals"), "tli_proposals", allow_sub_stochastic=True)
+    p = host_prob_array(target_probs, "target_probs")
+    qp = host_prob_array(tli_proposals, "tli_proposals", allow_sub_stochastic=True)
     return np.atleast_2d(p), np.atleast_2d(qp)
 
 
@@ -83,7 +83,7 @@ def best_mixing_lambda(target_probs, tli_proposals, w):
       ``(lam, mean_alpha)``: the maximiser (smallest one if several) and the maximum.
     """
     p, qp = _host_pair(target_probs, tli_proposals)
-    w = as_prob_array(host(w, "w"), "w")
+    w = host_prob_array(w, "w")
     if p.shape != qp.shape or w.shape != p.shape[-1:]:
         raise InputError(f"shapes differ: target_probs {p.shape}, tli_proposals {qp.shape}, w {w.shape}")
     k_qp = qp.sum(axis=-1, keepdims=True) * w

@@ -55,18 +55,21 @@ def load_case(path) -> Case:
         raise InputError(f"case file not found: {path}")
     if os.path.isdir(path):
         raise InputError(f"{path} is a directory, not a case file")
-    with open(path, "rb"):  # a file that cannot be read is an OSError naming it (is_zipfile
-        pass  # would call it "not an .npz archive")
+    try:  # is_zipfile would call a file it cannot open "not an .npz archive"
+        with open(path, "rb"):
+            pass
+    except OSError as exc:
+        raise InputError(f"cannot read {path}: {exc.strerror or exc}") from None
     if not zipfile.is_zipfile(path):
         raise InputError(f"{path} is not an .npz archive (write one with numpy.savez)")
-    try:
+    try:  # only a case's arrays are read: another (a pickled dict, a large table) is skipped
         with np.load(path, allow_pickle=False) as z:
-            data = {k: z[k] for k in z.files}
+            known = {k: z[k] for k in CASE_KEYS if k in z.files}
+            others = tuple(sorted(set(z.files) - set(CASE_KEYS)))
     except Exception as exc:  # corrupt zip, pickled objects, not an npz ...
         raise InputError(f"cannot read {path} as .npz: {exc}") from None
-    known = {k: data.pop(k) for k in CASE_KEYS if k in data}
     case = case_from_arrays(**known, source=path)
-    case.ignored_keys = tuple(sorted(data))
+    case.ignored_keys = others
     return case
 
 
@@ -97,16 +100,16 @@ def _check_widths(p, q, ids, cal):
                          f"{qs[1]} columns")
     if cal is not None and ps is not None and cs is not None and (len(cs) != 2
                                                                   or cs[1] != ps[1]):
-        raise InputError(f"calibration_probs must be (S, {ps[1]}) (one row per calibration "
-                         f"context, a column per target id), got {cs}")
+        raise InputError(f"calibration_probs must be (S, {ps[1]}), got {cs}")  # as_calibration's
 
 
 def case_from_arrays(*, target_probs=None, draft_probs=None, draft_to_target=None,
                      calibration_probs=None, kernel=None, source: str = "case", **extra) -> Case:
-    """Validate the arrays of a case (the same checks as :func:`load_case`)."""
+    """Validate the arrays of a case (the checks of :func:`load_case`, which leaves a file's
+    other arrays out before it calls this; a keyword outside ``CASE_KEYS`` here is an error)."""
     if extra:
-        raise InputError(f"{source}: unexpected keys {sorted(extra)}; expected target_probs, "
-                         "draft_probs, draft_to_target, calibration_probs, kernel")
+        raise InputError(f"{source}: unexpected keys {sorted(extra)}; expected "
+                         f"{', '.join(CASE_KEYS)}")
     for name, val in (("target_probs", target_probs), ("draft_probs", draft_probs),
                       ("draft_to_target", draft_to_target)):
         if val is None:
@@ -122,7 +125,7 @@ def case_from_arrays(*, target_probs=None, draft_probs=None, draft_to_target=Non
         raise InputError(f"context-count mismatch: target_probs has {p.shape[0]} rows, "
                          f"draft_probs has {q.shape[0]}")
     vm = VocabMap(p.shape[1], draft_to_target)
-    if vm.n_draft != q.shape[1]:
+    if vm.n_draft != q.shape[1]:  # ids whose shape numpy could not tell before (_check_widths)
         raise InputError(f"draft_to_target has {vm.n_draft} entries but draft_probs has "
                          f"{q.shape[1]} columns")
     cal = None

@@ -21,7 +21,7 @@ transport LP between ``q^k`` (draft tuples) and ``p`` (outputs), solved by
 
 All functions take 1-D ``p`` and ``q`` (float64 arrays, or object arrays of ``Fraction`` for exact
 checks, with ``rho`` a ``Fraction``); they are small-vocabulary reference maths, not a sampler.
-A torch tensor, on any device, is copied to the host as numpy first (floating point as float64).
+A torch tensor, on any device, is checked there and copied to the host as float64 numpy.
 """
 from __future__ import annotations
 
@@ -30,12 +30,12 @@ from fractions import Fraction
 
 import numpy as np
 
-from .validation import InputError, as_count, as_prob_array, host
+from .validation import InputError, as_count, host_prob_array
 
 
 def _pq(target_probs, draft_probs):
-    p = as_prob_array(host(target_probs, "target_probs"), "target_probs")
-    q = as_prob_array(host(draft_probs, "draft_probs"), "draft_probs", allow_sub_stochastic=True)
+    p = host_prob_array(target_probs, "target_probs")
+    q = host_prob_array(draft_probs, "draft_probs", allow_sub_stochastic=True)
     if p.ndim != 1 or p.shape != q.shape:
         raise InputError(f"target_probs and draft_probs must be 1-D of one length, got {p.shape}, {q.shape}")
     return p, q

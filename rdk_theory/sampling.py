@@ -227,7 +227,8 @@ def sample_counts(target_probs, proposal, n: int, rng, *, chunk: int = COUNT_CHU
     ``sample_steps(p, r, n, rng)``. ``progress``: a bar on stderr (None: when it is a terminal).
     Inputs as for :func:`sample_steps`: numpy arrays with a ``numpy.random.Generator``, or
     tensors on any device with a ``torch.Generator`` (or None); validated as it validates
-    them. The counts are a host numpy array either way (N_T integers, one copy per chunk).
+    them. Tensors are counted on their device (N_T integers copied per chunk); the counts
+    are a host numpy array either way.
     """
     from ._progress import progress as bar
 
@@ -245,5 +246,10 @@ def sample_counts(target_probs, proposal, n: int, rng, *, chunk: int = COUNT_CHU
 
 
 def emitted_counts(tokens, n_target: int) -> np.ndarray:
-    """How often each target id was emitted, (N_T,) int64."""
+    """How often each target id was emitted, (N_T,) int64 on the host (a tensor's tokens are
+    counted on their device: N_T integers cross, not the tokens)."""
+    if B.is_torch(tokens):
+        import torch
+
+        return B.to_numpy(torch.bincount(tokens, minlength=n_target)).astype(np.int64)
     return np.bincount(B.to_numpy(tokens), minlength=n_target).astype(np.int64)

@@ -95,6 +95,15 @@ def as_prob_array(x, name: str, *, allow_sub_stochastic: bool = False, atol: flo
     return arr
 
 
+def host_prob_array(x, name: str, **kwargs) -> np.ndarray:
+    """:func:`as_prob_array` for the host-side helpers: a tensor on any device is checked on
+    its device, in its own precision (so half-precision rows get their rounding as tolerance,
+    as numpy float16 rows do), then copied to the host as float64 numpy."""
+    if _is_torch(x):
+        return np.asarray(host(as_prob_array(x, name, **kwargs), name), dtype=np.float64)
+    return as_prob_array(x, name, **kwargs)
+
+
 def host(x, name: str = "input"):
     """``x`` as a host numpy array when it is a torch tensor on any device (numpy cannot read
     a CUDA tensor directly); anything else is returned as it is."""
@@ -288,7 +297,9 @@ def as_draft_to_target(x, n_target: int, name: str = "draft_to_target") -> np.nd
     bad = (arr >= n_target) if arr.dtype.kind == "u" else (arr < -1) | (arr >= n_target)
     if np.any(bad):
         j = int(np.argmax(bad))
-        shown = f"{arr[j]:g}" if arr.dtype.kind == "f" else f"{arr[j]}"
+        v = arr[j]
+        shown = (repr(float(v)) if arr.dtype.kind == "f" and not -2**63 <= v < 2**63
+                 else f"{int(v)}")  # whole numbers (checked above), all digits
         raise InputError(
             f"{name}[{j}] = {shown} is out of range: entries must be -1 or in [0, {n_target - 1}]"
         )

@@ -119,7 +119,10 @@ def cmd_speedup(args) -> int:
         curve = [float(speedup(a, k, args.c)) for k in range(args.gamma_max + 1)]
         row = {"alpha": a, "c": args.c, "best_gamma": g, "speedup": s,
                "tokens_per_call": float(expected_tokens_iid(a, g)),
-               "at_gamma_max": bool(g == args.gamma_max)}  # the optimum may lie beyond the cap
+               # the optimum lies beyond the cap: speedup is quasi-concave in gamma (concave
+               # tokens over affine cost), so one more gamma tells
+               "at_gamma_max": bool(g == args.gamma_max
+                                    and speedup(a, args.gamma_max + 1, args.c) > s)}
         if args.mc and g > 0:
             x = mc_tokens_iid([a] * g, args.mc, rng)
             m, lo, hi = mean_ci(x, 0.999)
@@ -138,8 +141,8 @@ def cmd_speedup(args) -> int:
         best_g = f"{'>=' if r['at_gamma_max'] else ''}{r['best_gamma']}"
         lines.append(f"{r['alpha']:>7.3f}{best_g:>12}{r['tokens_per_call']:>13.4f}{r['speedup']:>10.4f}{mc}")
     if any(r["at_gamma_max"] for r in rows):
-        lines.append(f">=: the best gamma is the largest searched (--gamma-max {args.gamma_max}); "
-                     "raise it to find the optimum (tokens/call and speedup are at that gamma)")
+        lines.append(f">=: the best gamma searched is the largest (--gamma-max {args.gamma_max}) and "
+                     "gamma + 1 is faster; raise it to find the optimum (the row is at that gamma)")
     from . import plots
 
     _figure(args, plots.speedup_figure, args.alpha, args.c, args.gamma_max, curves, best)

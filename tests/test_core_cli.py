@@ -218,8 +218,10 @@ BAD = [
     # widths before sums: a transposed calibration matrix, a draft_probs cut short
     ({"calibration_probs": np.full((20, 12), 1 / 12).T}, "calibration_probs must be (S, 12)"),
     ({"draft_probs": np.full((3, 4), 0.2)}, "draft_to_target has 6 entries but draft_probs has 4"),
-    # float16 rows get float16's rounding (9.8e-4) as tolerance, not more
-    ({"target_probs": (np.full((3, 12), 1 / 12) * 1.01).astype(np.float16)}, "sum to 1"),
+    # float16 rows get float16's rounding (9.8e-4) as tolerance, not more: these miss by 1.2e-3
+    ({"target_probs": (np.full((3, 12), 1 / 12) * 1.0012).astype(np.float16)}, "sum to 1"),
+    # ids print whole, all digits (not 1e+06)
+    ({"draft_to_target": np.array([0., 3., 5., -1., 7., 1000001.])}, "draft_to_target[5] = 1000001 is"),
 ]
 
 
@@ -274,11 +276,12 @@ def test_help_teaches(capsys):
     assert "example" in out and "draft_to_target" in out
 
 
-@pytest.mark.parametrize("extra", [{"meta": np.array([1])}, {"source": np.array(["run 7"])}])
+@pytest.mark.parametrize("extra", [{"meta": np.array([1])}, {"source": np.array(["run 7"])},
+                                   {"provenance": {"run": 7}}])  # pickled: never read
 def test_arrays_outside_a_case_are_ignored_with_a_warning(tmp_path, capsys, extra):
     """A case file may carry other arrays (ids, provenance): every command reads the case as
     without them and names them in one stderr warning. 'source' was a traceback (it clashed
-    with a keyword argument of the loader)."""
+    with a keyword argument of the loader); a pickled one is skipped, never unpickled."""
     arrays = _write_case(tmp_path / "plain.npz")
     np.savez(tmp_path / "extra.npz", **arrays, **extra)
     for argv in (["acceptance", "--kernel", "covariance", "--json"],
@@ -332,4 +335,4 @@ def test_a_case_file_that_cannot_be_read_is_named_as_such(tmp_path, capsys, monk
     monkeypatch.setattr(case_mod, "open", no_permission, raising=False)
     code, out, err = _run(capsys, "acceptance", str(tmp_path / "c.npz"))
     assert code == 2 and out == ""
-    assert err == f"error: Permission denied: {tmp_path / 'c.npz'}\n"
+    assert err == f"error: cannot read {tmp_path / 'c.npz'}: Permission denied\n"

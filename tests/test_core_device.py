@@ -287,3 +287,18 @@ def test_sample_counts_takes_device_tensors(device_tensors):
     want = rt.emitted_counts(torch.cat([t for t, _ in parts]), 4)
     assert np.array_equal(counts, want) and counts.sum() == 700 and counts[1] == 0
     assert accepted == sum(int(a.sum()) for _, a in parts)
+
+
+def test_host_side_helpers_read_half_precision_tensors_as_numpy_float16(device_tensors):
+    """A float16 row that misses 1 by its rounding (4.9e-4 here, beyond the float64 1e-4) is
+    read by the host-side helpers from a tensor as from a numpy float16 array: the tensor is
+    checked on its device in its own precision, then copied (it was refused)."""
+    p16 = (np.full(12, 1 / 12) * 1.0008).astype(np.float16)
+    r = np.random.default_rng(0).dirichlet(np.ones(12))
+    assert abs(p16.astype(np.float64).sum() - 1) > rt.validation.PROB_ATOL
+    from rdk_theory.bounds import tv_upper_bound
+
+    assert tv_upper_bound(torch.from_numpy(p16), _t(r)) == tv_upper_bound(p16, r)
+    from rdk_theory.multidraft import kseq_acceptance
+
+    assert kseq_acceptance(torch.from_numpy(p16), _t(r), 1.0, 2) == kseq_acceptance(p16, r, 1.0, 2)

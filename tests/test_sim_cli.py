@@ -148,6 +148,9 @@ def test_speedup_flags_a_best_gamma_at_the_search_cap(capsys):
     rows = json.loads(out)["rows"]
     assert [(r["best_gamma"], r["at_gamma_max"]) for r in rows] == [(4, False), (21, False)]
     assert round(rows[1]["speedup"], 3) == 6.600
+    # searched exactly up to the optimum: found, not flagged
+    rc, out, _ = _run(capsys, "speedup", "--alpha", "0.95", "--c", "0.05", "--gamma-max", "21")
+    assert rc == 0 and ">=" not in out and "  0.950          21" in out
 
 
 def test_spectr_random_pairs_do_not_depend_on_the_monte_carlo(capsys):
