@@ -129,8 +129,8 @@ def plot_report(report: dict, path: str) -> None:
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    rows = report["rows"]
-    x = [r["keep_fraction"] for r in rows]
+    rows = sorted(report["rows"], key=lambda r: r["keep_fraction"])  # lines left to right,
+    x = [r["keep_fraction"] for r in rows]  # whatever order --keep gave
     fig, ax = plt.subplots(figsize=(6.4, 4.2))
     styles = {"vanilla": ":", "tli": "-", "rdk_exact": "-", "rdk_first_order": "--", "marginal": "-"}
     labels = {"vanilla": "vanilla", "tli": "TLI", "rdk_exact": "exact RDK (covariance kernel)",
@@ -185,6 +185,9 @@ def cmd_report(args) -> int:
     args.keep_fractions = keep
     if os.path.exists(args.out) and not os.path.isdir(args.out):
         raise InputError(f"--out {args.out} exists and is not a directory")
+    os.makedirs(args.out, exist_ok=True)  # before the sweep: a folder that cannot be made
+    if not os.access(args.out, os.W_OK):  # or written is an error now, not after the work
+        raise InputError(f"--out {args.out} is not writable")
     # --vocab sizes the synthetic LM only: checked before any work when the source is
     # synthetic, and under auto only once the real pair turned out not to be fetched
     n = _synthetic_vocab(args) if args.source == "synthetic" else None
@@ -208,7 +211,6 @@ def cmd_report(args) -> int:
         report = synthetic_report(n=n, contexts=32 if args.quick else 64,
                                   calibration=128 if args.quick else 256, keep=keep,
                                   seed=args.seed)
-    os.makedirs(args.out, exist_ok=True)
     json_path = os.path.join(args.out, "report.json")
     fig_path = os.path.join(args.out, "acceptance_vs_kept.png")
     with open(json_path, "w") as fh:

@@ -24,24 +24,43 @@ def _check_n(n):
     return as_count(n, "vocabulary size", 1)
 
 
+def _check_positive(x, name: str, *, zero_ok: bool = False) -> float:
+    """``x`` as a finite float > 0 (>= 0 with ``zero_ok``), or InputError naming it."""
+    try:
+        value = float(x)
+    except (TypeError, ValueError):
+        raise InputError(f"{name} must be a number, got {x!r}") from None
+    if not (np.isfinite(value) and (value >= 0 if zero_ok else value > 0)):
+        raise InputError(f"{name} must be finite and {'>= 0' if zero_ok else '> 0'}, got {x}")
+    return value
+
+
 def dirichlet(rng, n: int, concentration: float = 1.0, size: int | tuple = ()) -> np.ndarray:
     """Draws from ``Dirichlet(concentration * 1_n)``, shape ``size + (n,)``."""
     n = _check_n(n)
-    if not concentration > 0:
-        raise InputError(f"concentration must be > 0, got {concentration}")
+    concentration = _check_positive(concentration, "concentration")
     size = (int(size),) if isinstance(size, (int, np.integer)) else tuple(size)
     g = rng.gamma(concentration, size=size + (n,))
     s = g.sum(axis=-1, keepdims=True)
-    # For tiny concentrations every gamma draw may underflow to 0: fall back to a point mass.
-    point = np.zeros_like(g)
-    np.put_along_axis(point, np.argmax(g, axis=-1)[..., None], 1.0, axis=-1)
-    return np.where(s > 0, g / np.where(s > 0, s, 1.0), point)
+    out = g / np.where(s > 0, s, 1.0)
+    under = s[..., 0] == 0
+    if np.any(under):
+        # For tiny concentrations every gamma draw of a row may underflow to 0. Such rows are
+        # drawn again in log space, G_a = G_(a+1) U^(1/a) (U uniform), and normalised by a
+        # softmax: the same law, no underflow, every id alike. Rows that did not underflow
+        # keep their draws (so seeded results stay as they were).
+        m = int(under.sum())
+        log_g = (np.log(rng.gamma(concentration + 1, size=(m, n)))
+                 + np.log(rng.random((m, n))) / concentration)
+        out[under] = softmax(log_g)
+    return out
 
 
 def zipf(n: int, exponent: float = 1.1, *, rng=None) -> np.ndarray:
     """``p(k-th most likely) ∝ k^{-exponent}``; ids permuted at random when ``rng`` is given."""
     n = _check_n(n)
-    w = np.arange(1, n + 1, dtype=np.float64) ** (-float(exponent))
+    exponent = _check_positive(exponent, "exponent", zero_ok=True)
+    w = np.arange(1, n + 1, dtype=np.float64) ** (-exponent)
     w /= w.sum()
     return w[rng.permutation(n)] if rng is not None else w
 
@@ -49,7 +68,8 @@ def zipf(n: int, exponent: float = 1.1, *, rng=None) -> np.ndarray:
 def sparse_topk(rng, n: int, k: int, size: int | tuple = (), concentration: float = 1.0) -> np.ndarray:
     """Laws with exactly ``k`` non-zero entries at random positions (the others exactly 0)."""
     n = _check_n(n)
-    if not 1 <= k <= n:
+    k = as_count(k, "k", 1)
+    if k > n:
         raise InputError(f"k must be in [1, {n}], got {k}")
     size = (int(size),) if isinstance(size, (int, np.integer)) else tuple(size)
     out = np.zeros(size + (n,))
@@ -74,9 +94,9 @@ def adversarial_pairs(n: int) -> dict[str, tuple[np.ndarray, np.ndarray]]:
     return {
         "equal": (u.copy(), u.copy()),
         "disjoint_supports": (left, right),
-        "point_masses_equal": (e0, e0.copy()),
-        "point_masses_distinct": (e0, e1),
-        "point_vs_uniform": (e0, u.copy()),
+        "point_masses_equal": (e0.copy(), e0.copy()),  # each pair its own arrays
+        "point_masses_distinct": (e0.copy(), e1),
+        "point_vs_uniform": (e0.copy(), u.copy()),
     }
 
 

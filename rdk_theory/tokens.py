@@ -9,7 +9,7 @@ Tokenizers store a token's text differently:
   ``<0x0A>``; other characters are themselves (so its ``Ã©`` is the two characters "Ã©").
 
 Rewriting only the word-start marker (``Ġ`` <-> ``▁``, as transformers' universal assisted
-generation does) misses tokens holding newlines, tabs or non-ASCII text, and can pair tokens
+generation does for a leading one) misses tokens holding newlines, tabs or non-ASCII text, and can pair tokens
 that stand for different bytes; rewriting every token to its bytes does neither. Bytes are kept
 in a ``str`` through ``surrogateescape`` (injective: half-characters stay distinct). Special
 tokens (BOS, chat markers) keep their string in a namespace of their own and only ever match

@@ -9,14 +9,14 @@ Builders:
 * :func:`keep_most_frequent` + :meth:`VocabMap.from_kept_ids`: a *pruned* drafter (same
   tokenizer, LM head cut to a kept subset); every entry is a valid target id.
 * :meth:`VocabMap.from_token_strings`: heterogeneous tokenizers, matched by the bytes each token
-  stands for (:mod:`rdk_theory.tokens`), or, as transformers' universal assisted generation
-  does, by string after rewriting only the word-start marker (``Ġ`` vs ``▁``) [2].
+  stands for (:mod:`rdk_theory.tokens`), or, close to transformers' universal assisted
+  generation, by string after rewriting only the word-start marker (``Ġ`` vs ``▁``) [2].
 """
 from __future__ import annotations
 
 from dataclasses import dataclass
 from functools import cached_property
-from typing import Sequence
+from typing import Mapping, Sequence
 
 import numpy as np
 
@@ -161,8 +161,10 @@ class VocabMap:
             tokenizer family (:mod:`rdk_theory.tokens`), special tokens matching only special
             tokens; this also normalises the word-start marker;
           * ``"marker"``: only the drafter's word-start marker rewritten to the target's
-            (``Ġ`` <-> ``▁``, detected when not given), as transformers' universal assisted
-            generation does; it misses newline/tab/non-ASCII tokens across families;
+            (``Ġ`` <-> ``▁``, detected when not given), every occurrence of it, where
+            transformers' universal assisted generation rewrites only a leading one (so
+            ``ĠĠ`` matches ``▁▁`` here, not there); it misses newline/tab/non-ASCII tokens
+            across families;
           * ``"none"``: strings compared as given.
 
         ``draft_special_ids`` / ``target_special_ids`` (ids in range, checked): in every mode
@@ -227,11 +229,24 @@ def _ids_in_range(ids, n: int, name: str) -> list[int]:
 
 
 def _strings(tokens, name: str) -> list[str]:
-    """Token strings as a list, ``None`` (a hole in the id table) read as ``""``."""
+    """Token strings as a list, ``None`` (a hole in the id table) read as ``""``.
+
+    A mapping (``tokenizer.get_vocab()``: token -> id, not in id order) or a single string
+    is refused rather than read in iteration order; so is a string that is not valid text
+    (a lone surrogate, which no tokenizer produces but a JSON file can)."""
+    if isinstance(tokens, (str, bytes, Mapping)):
+        raise InputError(f"{name} must be the token strings in id order (e.g. "
+                         f"tokenizer.convert_ids_to_tokens(range(n))), got a "
+                         f"{type(tokens).__name__}")
     out = ["" if t is None else t for t in tokens]
     bad = next((i for i, t in enumerate(out) if not isinstance(t, str)), None)
     if bad is not None:
         raise InputError(f"{name}[{bad}] is {type(out[bad]).__name__} {out[bad]!r}, not a string")
+    for i, t in enumerate(out):
+        try:
+            t.encode("utf-8")
+        except UnicodeEncodeError:
+            raise InputError(f"{name}[{i}] = {t!r} is not valid text (a lone surrogate)") from None
     return out
 
 
@@ -311,7 +326,9 @@ def keep_most_frequent(token_counts, k: int) -> np.ndarray:
       token_counts: (N,) non-negative counts (e.g. unigram counts on a calibration corpus).
       k: how many ids to keep, ``1 <= k <= N``.
     """
-    counts = as_real_array(token_counts, "token_counts")
+    raw = np.asarray(host(token_counts, "token_counts"))
+    # integer counts are ranked as integers: float64 would tie counts above 2^53
+    counts = raw if raw.dtype.kind in "iu" else as_real_array(token_counts, "token_counts")
     if counts.ndim != 1 or counts.size == 0:
         raise InputError(f"token_counts must be a non-empty 1-D vector, got shape {counts.shape}")
     if np.any(counts < 0) or not np.all(np.isfinite(counts)):
@@ -319,5 +336,7 @@ def keep_most_frequent(token_counts, k: int) -> np.ndarray:
     k = as_count(k, "k", 1)
     if k > counts.size:
         raise InputError(f"k must be in [1, {counts.size}], got {k}")
-    order = np.lexsort((np.arange(counts.size), -counts))
+    # ascending key = descending count; max - c is exact for integers of any width
+    key = (counts.max() - counts) if counts.dtype.kind in "iu" else -counts
+    order = np.lexsort((np.arange(counts.size), key))
     return np.sort(order[:k])

@@ -427,12 +427,38 @@ def test_memory_and_os_errors_inside_a_command_exit_2_with_one_line(tmp_path, ca
     assert capsys.readouterr().err.strip().splitlines() == [line]
 
 
-def test_report_out_under_a_file_exits_2_with_one_line(tmp_path, capsys):
+def test_report_out_under_a_file_exits_2_with_one_line(tmp_path, capsys, monkeypatch):
+    """Refused before the sweep (which is stubbed to fail here): no work is done and lost."""
+    import rdk_theory.report as report
+
+    def swept(**kwargs):
+        raise AssertionError("the sweep ran before --out was checked")
+
+    monkeypatch.setattr(report, "synthetic_report", swept)
     (tmp_path / "f").write_text("")
     assert main(["report", "--source", "synthetic", "--quick", "--out",
                  str(tmp_path / "f" / "sub")]) == 2
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and err[0].startswith("error: ") and str(tmp_path / "f") in err[0], err
+
+
+def test_report_figure_draws_the_kept_fractions_in_order(tmp_path, monkeypatch):
+    """--keep in any order: every line of the figure runs left to right (an unsorted --keep
+    drew loops on the log axis); the table keeps the order given."""
+    import matplotlib.pyplot as plt
+
+    from rdk_theory.report import plot_report, synthetic_report
+
+    rep = synthetic_report(n=64, contexts=8, calibration=32, keep=[0.05, 1.0, 0.25], seed=0)
+    assert [r["keep_fraction"] for r in rep["rows"]] == [0.05, 1.0, 0.25]
+    figures = []
+    monkeypatch.setattr(plt, "close", figures.append)
+    plot_report(rep, tmp_path / "f.png")
+    lines = figures[0].axes[0].get_lines()
+    assert len(lines) >= 3
+    for line in lines:
+        x = list(line.get_xdata())
+        assert x == sorted(x), (line.get_label(), x)
 
 
 def _off_rows(seed=3, n=30, s=6):

@@ -68,3 +68,66 @@ def test_zipf_with_rng_permutes_the_ids_of_the_same_law():
     assert np.array_equal(np.sort(zr)[::-1], z)  # the same probabilities, exactly
     assert not np.array_equal(zr, z)  # at other ids
     assert np.array_equal(zr, synthetic.zipf(50, 1.3, rng=np.random.default_rng(4)))  # seeded
+
+
+def test_tiny_concentration_dirichlet_treats_every_id_alike():
+    """As the concentration goes to 0, Dirichlet(a 1_n) tends to a point mass at a uniformly
+    random id. Rows whose gamma draws all underflow (99% at a = 1e-6) are drawn again in log
+    space; the old fallback put them all on id 0. Chi-square of the argmax over n = 20000
+    rows against uniform on 10 ids, at the suite's per-test false-alarm rate."""
+    from tests.stats import assert_matches_law
+
+    d = synthetic.dirichlet(np.random.default_rng(0), 10, 1e-6, size=20000)
+    assert np.allclose(d.sum(-1), 1.0) and np.all(d >= 0)
+    assert_matches_law(np.bincount(d.argmax(-1), minlength=10), np.full(10, 0.1),
+                       "argmax of Dirichlet(1e-6) rows")
+    # the redraw has the Dirichlet law: force every row through it (the first gamma draw
+    # underflows) at a = 0.5, where the first coordinate is Beta(0.5, 4.5): E[x^2] = var +
+    # mean^2 = 0.09 / 6 + 0.01 (any exchangeable law has mean 0.1; the second moment tells
+    # the concentration, e.g. 0.09 / 16 + 0.01 without the U^(1/a) factor). z-test of the
+    # mean of x^2 over n = 20000 rows, with its sample standard deviation
+
+    class FirstDrawUnderflows:
+        def __init__(self, rng):
+            self.rng, self.calls = rng, 0
+
+        def gamma(self, shape, size):
+            self.calls += 1
+            return np.zeros(size) if self.calls == 1 else self.rng.gamma(shape, size=size)
+
+        def random(self, size):
+            return self.rng.random(size)
+
+    a = 0.5
+    x0 = synthetic.dirichlet(FirstDrawUnderflows(np.random.default_rng(1)), 10, a, size=20000)[:, 0]
+    sq = x0 ** 2
+    from scipy import stats as st
+    z = (sq.mean() - (0.09 / (10 * a + 1) + 0.01)) / (sq.std(ddof=1) / np.sqrt(sq.size))
+    assert_pvalue(2 * st.norm.sf(abs(z)), "second moment of the redrawn Dirichlet's first coordinate")
+
+
+def test_rows_that_do_not_underflow_keep_their_seeded_draws():
+    """Only underflowed rows are drawn again: elsewhere the result is the gammas normalised,
+    as before (the README's synthetic tables depend on these draws)."""
+    g = np.random.default_rng(4).gamma(0.3, size=(50, 20))
+    d = synthetic.dirichlet(np.random.default_rng(4), 20, 0.3, size=50)
+    assert np.array_equal(d, g / g.sum(-1, keepdims=True))
+
+
+@pytest.mark.parametrize("call, message", [
+    (lambda: synthetic.zipf(5, float("nan")), "exponent must be finite and >= 0"),
+    (lambda: synthetic.zipf(5, -1.0), "exponent must be finite and >= 0"),
+    (lambda: synthetic.zipf(5, "steep"), "exponent must be a number"),
+    (lambda: synthetic.dirichlet(np.random.default_rng(0), 4, np.inf), "concentration must be finite"),
+    (lambda: synthetic.dirichlet(np.random.default_rng(0), 4, 0.0), "concentration must be finite and > 0"),
+    (lambda: synthetic.sparse_topk(np.random.default_rng(0), 5, 2.5), "k must be an integer"),
+])
+def test_bad_family_parameters_are_named(call, message):
+    with pytest.raises(rt.InputError, match=message):
+        call()
+
+
+def test_adversarial_pairs_share_no_arrays():
+    pairs = synthetic.adversarial_pairs(4)
+    arrays = [a for pq in pairs.values() for a in pq]
+    assert not any(np.shares_memory(x, y) for i, x in enumerate(arrays) for y in arrays[i + 1:])

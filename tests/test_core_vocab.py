@@ -152,3 +152,23 @@ def test_equal_strings_pair_up_in_id_order_and_holes_match_nothing():
     assert vm.draft_to_target.tolist() == [1, -1, 3, -1, 4]
     with pytest.raises(rt.InputError, match=r"draft_tokens\[1\] is int 7, not a string"):
         rt.VocabMap.from_token_strings(["a", 7], ["a"])
+
+
+@pytest.mark.parametrize("tokens, message", [
+    ({"b": 1, "a": 0}, "token strings in id order"),  # tokenizer.get_vocab(): not in id order
+    ("ab", "token strings in id order"),  # one string is not a token list
+    (["a", "\ud800"], r"draft_tokens\[1\] = '\\ud800' is not valid text"),
+])
+def test_token_lists_that_are_not_id_ordered_strings_are_refused(tokens, message):
+    """A dict was read in iteration order ({'b': 1, 'a': 0} mapped drafter id 0 'a' to target
+    id 1), a str character by character, and a lone surrogate was a UnicodeEncodeError."""
+    with pytest.raises(rt.InputError, match=message):
+        rt.VocabMap.from_token_strings(tokens, ["a", "b"], normalise="none")
+
+
+def test_keep_most_frequent_ranks_integer_counts_exactly():
+    """Counts above 2^53 differ by one: float64 tied them and kept the lower id."""
+    assert rt.keep_most_frequent(np.array([2**53, 2**53 + 1]), 1).tolist() == [1]
+    big = np.array([2**64 - 2, 2**64 - 1, 5], dtype=np.uint64)
+    assert rt.keep_most_frequent(big, 1).tolist() == [1]
+    assert rt.keep_most_frequent([3, 1, 3, 2], 2).tolist() == [0, 2]  # ties: lower id
