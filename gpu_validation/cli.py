@@ -144,7 +144,7 @@ def _ints(text: str, name: str) -> tuple:
         raise InputError(f"{name} must be comma-separated integers, got {text!r}") from None
     if not vals or min(vals) < 1:
         raise InputError(f"{name} must hold positive integers, got {text!r}")
-    return vals
+    return tuple(dict.fromkeys(vals))  # a repeat once (it would overwrite its twin's results)
 
 
 def config_from_args(args):

@@ -24,6 +24,7 @@ from pathlib import Path
 import numpy as np
 
 from rdk_theory._optional import import_failure
+from rdk_theory.validation import InputError
 
 from . import agreement, collect, figures, models, pruning, speculative, study, timing
 from .registry import DEFAULT_DRAFTER, DEFAULT_TARGET
@@ -119,14 +120,27 @@ def collect_pair(cfg: RunConfig, log=print):
     return tgt, drf, ev, ca, counts
 
 
+#: The samplers end-to-end generation can run: TLI and the kernels built without the study's
+#: sparse exact rows (:func:`.samplers.build_kernels` with ``topk_rows=None``).
+E2E_SAMPLERS = ("tli", "marginal", "rdk_first_order")
+
+
 def run(cfg: RunConfig, log=print) -> dict:
     """Run every stage; write ``report.json``, ``per_position.npz`` and figures to ``cfg.out``."""
+    unknown = [s for s in cfg.e2e_samplers if s not in E2E_SAMPLERS]
+    if unknown:  # it would have generated with TLI under the other name
+        raise InputError(f"end-to-end sampler {unknown[0]!r} is not available: choose from "
+                         f"{', '.join(E2E_SAMPLERS)}")
     out = Path(cfg.out)
     out.mkdir(parents=True, exist_ok=True)
     rng = np.random.default_rng(cfg.seed)
     t0 = time.perf_counter()
     dur = {}
     tgt, drf, ev, ca, counts = collect_pair(cfg, log)
+    big = [k for k in (*cfg.kept, *cfg.e2e_kept) if k > len(counts)]
+    if big:  # a hub or local drafter's size is known once loaded: refused before the study
+        raise InputError(f"kept size {big[0]} exceeds the drafter's vocabulary ({len(counts):,} "
+                         "ids shared with the target)")
     dur["load_and_collect_s"] = time.perf_counter() - t0
     laws = save_laws(out / "laws.npz", ev, ca, cfg.topk) if cfg.topk else None
     sel = np.arange(ev.p.shape[0])
@@ -244,10 +258,7 @@ def end_to_end(cfg, tgt, drf, counts, mu, factor, taus, rng, log, n_tests=None) 
 
     results = []
     n_tests = max(1, n_tests or _e2e_tests(cfg))
-    for K in cfg.e2e_kept:
-        if K > len(counts):
-            log(f"e2e K={K} skipped: larger than the vocabulary ({len(counts)})")
-            continue
+    for K in cfg.e2e_kept:  # sizes checked against the vocabulary by run()
         vm = pruning.pruned_vocab_map(counts, K)
         tau_fo = (taus.get(K) or {}).get("rdk_first_order") or 1e-4
         kernels = build_kernels(vm, mu, factor, tau_exact=None, tau_fo=tau_fo, topk_rows=None)

@@ -94,7 +94,7 @@ def generate(target, drafter, prompt_ids, vocab_map, make_proposal, *, gamma: in
     return {"new_tokens": len(new), "target_calls": calls,
             "tokens_per_call": len(new) / max(calls, 1), "accept_length_histogram": hist,
             "alphas": alphas, "accepted": accepted, "gamma": gamma,
-            "text": target.tokenizer.decode(new)}
+            "tokens": [int(t) for t in new], "text": target.tokenizer.decode(new)}
 
 
 def iid_tokens_per_call(alpha: float, gamma: int) -> float:

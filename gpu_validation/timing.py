@@ -30,8 +30,9 @@ def _laws(rng, shape, sharp=3.0):
 
 
 def slope(ns, ts) -> float | None:
-    """Least-squares slope of log t against log N (None with fewer than 2 points)."""
-    if len(ns) < 2:
+    """Least-squares slope of log t against log N (None with fewer than 2 distinct N: no
+    line can be fitted through one N)."""
+    if len(set(ns)) < 2:
         return None
     return float(np.polyfit(np.log(ns), np.log(ts), 1)[0])
 

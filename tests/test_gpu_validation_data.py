@@ -180,3 +180,52 @@ def test_study_splits_the_run_wide_false_alarm_over_its_checks_and_the_others():
     assert_close(t["tli_calibration_alpha"], acceptance_rate(p_cal, tli).mean())
     assert t["at_grid_edge"]["rdk_first_order"] == (t["rdk_first_order"]
                                                     == min(t["calibration_alpha_by_tau"]["rdk_first_order"]))
+
+
+def test_binomial_sum_p_value_is_the_exact_poisson_binomial_one():
+    """The FFT p-value of a sum of Binomial(n, a_i) equals the direct Poisson-binomial one (each
+    a_i repeated n times) to round-off, including a_i of 0 and 1 and counts off the support."""
+    rng = np.random.default_rng(11)
+    for _ in range(60):
+        a = rng.choice([0.0, 1.0, 0.5, 0.003, 0.9995, rng.random()], size=int(rng.integers(1, 6)))
+        n = int(rng.integers(1, 12))
+        k = int(rng.integers(0, n * a.size + 1))
+        assert agreement.binomial_sum_p_value(a, n, k) == pytest.approx(
+            agreement.poisson_binomial_p_value(np.repeat(a, n), k), abs=1e-12)
+    assert agreement.binomial_sum_p_value([0.5], 4, 5) == 0.0
+    # a sum wide enough for the window (S modulo W, W < n P + 1): the same p-values
+    a, n = rng.random(20), 300
+    mean = n * a.sum()
+    for k in (int(mean), int(mean) + 40, int(mean) - 75):
+        assert agreement.binomial_sum_p_value(a, n, k) == pytest.approx(
+            agreement.poisson_binomial_p_value(np.repeat(a, n), k), abs=1e-12)
+    assert agreement.binomial_sum_p_value(a, n, 0) == 0.0  # far beyond the window: < 1e-30
+
+
+@pytest.mark.parametrize("a, n, n_tests", [
+    (np.full(5, 0.0034), 10, 12),  # the sizes where the z-test rejected 151x too often
+    (np.full(20, 0.003), 50, 24),
+    (np.full(48, 0.9995), 300, 34),
+])
+def test_aggregate_check_keeps_its_level_at_small_counts(a, n, n_tests):
+    """The exact size of the aggregate check, P(p_aggregate <= level) under the model, summed
+    over every count the sum of binomials can take, is at most its level; the z-test's was up
+    to 151x that (an exact computation, no sampling)."""
+    level = agreement.FALSE_ALARM / n_tests
+    law = np.array([1.0])
+    for ai in a:
+        law = np.convolve(law, sstats.binom.pmf(np.arange(n + 1), n, ai))
+    likely = np.flatnonzero(law > 1e-12)  # the rest, all rejected at worst, adds its mass
+    size = sum(law[k] for k in likely if agreement.binomial_sum_p_value(a, n, int(k)) <= level)
+    assert size + (law.sum() - law[likely].sum()) <= level
+    z_size = sum(pk for k, pk in enumerate(law)
+                 if 2 * sstats.norm.sf(abs((k - n * a.sum()) / np.sqrt(n * (a * (1 - a)).sum())))
+                 <= level)
+    assert z_size > 5 * level  # what the z-test did here
+
+
+def test_dispersion_check_without_eligible_positions_is_not_run():
+    """With no position where n a (1 - a) >= 5 there is nothing to test: p_dispersion is None
+    (it was a p-value of 1.0, counted as a pass of a test that never ran)."""
+    res = agreement.binomial_agreement(np.full(4, 0.1), [1, 2, 0, 1], 19)
+    assert res["dof"] == 0 and res["p_dispersion"] is None and res["pass"]
