@@ -326,9 +326,13 @@ def keep_most_frequent(token_counts, k: int) -> np.ndarray:
       token_counts: (N,) non-negative counts (e.g. unigram counts on a calibration corpus).
       k: how many ids to keep, ``1 <= k <= N``.
     """
-    raw = np.asarray(host(token_counts, "token_counts"))
+    try:
+        raw = np.asarray(host(token_counts, "token_counts"))
+    except (ValueError, TypeError):  # ragged: as_real_array names the problem
+        raw = None
     # integer counts are ranked as integers: float64 would tie counts above 2^53
-    counts = raw if raw.dtype.kind in "iu" else as_real_array(token_counts, "token_counts")
+    integer = raw is not None and raw.dtype.kind in "iu"
+    counts = raw if integer else as_real_array(token_counts, "token_counts")
     if counts.ndim != 1 or counts.size == 0:
         raise InputError(f"token_counts must be a non-empty 1-D vector, got shape {counts.shape}")
     if np.any(counts < 0) or not np.all(np.isfinite(counts)):

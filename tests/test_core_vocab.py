@@ -172,3 +172,5 @@ def test_keep_most_frequent_ranks_integer_counts_exactly():
     big = np.array([2**64 - 2, 2**64 - 1, 5], dtype=np.uint64)
     assert rt.keep_most_frequent(big, 1).tolist() == [1]
     assert rt.keep_most_frequent([3, 1, 3, 2], 2).tolist() == [0, 2]  # ties: lower id
+    with pytest.raises(rt.InputError):  # ragged: still a named error, not numpy's ValueError
+        rt.keep_most_frequent([[1, 2], [3]], 1)
