@@ -114,7 +114,13 @@ def binomial_sum_p_value(probs, n: int, observed: int) -> float:
     pmf = np.clip(fft.irfft(phi, size), 0.0, None)
     if size > top:
         pmf = pmf[:top + 1]
-    return float(min(1.0, pmf[pmf <= pmf[observed % size] * (1 + 1e-9)].sum()))
+    return _two_sided(pmf, observed % size)
+
+
+def _two_sided(pmf, index: int) -> float:
+    """The two-sided p-value of outcome ``index`` of a law ``pmf``: the mass of every outcome
+    no more likely than it (1e-9 relative slack for round-off ties)."""
+    return float(min(1.0, pmf[pmf <= pmf[index] * (1 + 1e-9)].sum()))
 
 
 def poisson_binomial_p_value(probs, observed: int) -> float:
@@ -124,4 +130,4 @@ def poisson_binomial_p_value(probs, observed: int) -> float:
     for i, a in enumerate(np.asarray(probs, dtype=np.float64)):
         pmf[1:i + 2] = pmf[1:i + 2] * (1 - a) + pmf[0:i + 1] * a
         pmf[0] *= 1 - a
-    return float(min(1.0, pmf[pmf <= pmf[observed] * (1 + 1e-9)].sum()))
+    return _two_sided(pmf, observed)

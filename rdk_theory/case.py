@@ -22,7 +22,7 @@ import numpy as np
 
 from .first_order import FirstOrderCovarianceKernel
 from .kernels import CovarianceSoftmaxKernel, DenseKernel, IdentityKernel, MarginalKernel
-from .validation import InputError, as_calibration, as_prob_array, as_real_array
+from .validation import InputError, as_calibration, as_prob_array, as_real_array, known_shape
 from .vocab import VocabMap
 
 KERNEL_CHOICES = ("identity", "marginal", "covariance", "dense")
@@ -73,34 +73,24 @@ def load_case(path) -> Case:
     return case
 
 
-def _shape(x):
-    """``x``'s shape, or None when numpy cannot tell it (a ragged list)."""
-    try:
-        return tuple(np.shape(x))
-    except (ValueError, TypeError):
-        return None
-
-
 def _check_2d(p, q):
     """Shapes before sums: a (C, N, 1) target would otherwise be reported as rows that do not
     sum to 1. An input whose shape numpy cannot tell (a ragged list) is left to the checks of
     its values."""
-    ps, qs = _shape(p), _shape(q)
+    ps, qs = known_shape(p), known_shape(q)
     if (ps is not None and len(ps) != 2) or (qs is not None and len(qs) != 2):
         raise InputError(f"target_probs and draft_probs must be 2-D (contexts, vocab), got "
                          f"{ps} and {qs}")
 
 
-def _check_widths(p, q, ids, cal):
-    """The widths that must agree, before any sum: a transposed calibration matrix or a
-    draft_probs cut short would otherwise be reported as rows that do not sum to 1."""
-    ps, qs, ids_s, cs = _shape(p), _shape(q), _shape(ids), _shape(cal)
+def _check_draft_width(q, ids):
+    """Before any sum: a draft_probs cut short would otherwise be reported as rows that do
+    not sum to 1. Shapes numpy cannot tell (ragged) are refused by the value checks, and ids
+    that are not 1-D by VocabMap."""
+    qs, ids_s = known_shape(q), known_shape(ids)
     if qs is not None and ids_s is not None and len(ids_s) == 1 and ids_s[0] != qs[1]:
         raise InputError(f"draft_to_target has {ids_s[0]} entries but draft_probs has "
                          f"{qs[1]} columns")
-    if cal is not None and ps is not None and cs is not None and (len(cs) != 2
-                                                                  or cs[1] != ps[1]):
-        raise InputError(f"calibration_probs must be (S, {ps[1]}), got {cs}")  # as_calibration's
 
 
 def case_from_arrays(*, target_probs=None, draft_probs=None, draft_to_target=None,
@@ -115,7 +105,7 @@ def case_from_arrays(*, target_probs=None, draft_probs=None, draft_to_target=Non
         if val is None:
             raise InputError(f"{source}: missing required array '{name}'")
     _check_2d(target_probs, draft_probs)
-    _check_widths(target_probs, draft_probs, draft_to_target, calibration_probs)
+    _check_draft_width(draft_probs, draft_to_target)
     p = as_prob_array(target_probs, "target_probs")
     q = as_prob_array(draft_probs, "draft_probs")
     _check_2d(p, q)  # a ragged list that numpy read after all
@@ -124,10 +114,7 @@ def case_from_arrays(*, target_probs=None, draft_probs=None, draft_to_target=Non
     if p.shape[0] != q.shape[0]:
         raise InputError(f"context-count mismatch: target_probs has {p.shape[0]} rows, "
                          f"draft_probs has {q.shape[0]}")
-    vm = VocabMap(p.shape[1], draft_to_target)
-    if vm.n_draft != q.shape[1]:  # ids whose shape numpy could not tell before (_check_widths)
-        raise InputError(f"draft_to_target has {vm.n_draft} entries but draft_probs has "
-                         f"{q.shape[1]} columns")
+    vm = VocabMap(p.shape[1], draft_to_target)  # its width against q: _check_draft_width
     cal = None
     if calibration_probs is not None:
         cal = as_calibration(calibration_probs, n_target=p.shape[1])  # renormalised

@@ -95,6 +95,14 @@ def as_prob_array(x, name: str, *, allow_sub_stochastic: bool = False, atol: flo
     return arr
 
 
+def known_shape(x) -> tuple | None:
+    """``x``'s shape (a tensor's without a copy), or None when numpy cannot tell it (ragged)."""
+    try:
+        return tuple(np.shape(x))
+    except (ValueError, TypeError):
+        return None
+
+
 def host_prob_array(x, name: str, **kwargs) -> np.ndarray:
     """:func:`as_prob_array` for the host-side helpers: a tensor on any device is checked on
     its device, in its own precision (so half-precision rows get their rounding as tolerance,
@@ -213,15 +221,16 @@ def as_calibration(x, name: str = "calibration_probs", n_target: int | None = No
     (exact covariance-softmax, first-order, marginal) sees the same ``Omega`` and ``mu``, and
     ``Omega``'s rows sum to 0, which the first-order formula relies on. The result is a new
     array: later edits of the caller's rows do not reach a kernel. ``Fraction`` rows, which
-    sum to 1 exactly, are returned as given."""
-    cal = as_prob_array(x, name)
-    if _is_torch(cal):
-        cal = host(cal).astype(np.float64)
-    if cal.ndim != 2 or cal.shape[0] == 0:
+    sum to 1 exactly, are returned as given. The shape is checked before the sums (a
+    transposed matrix is a shape error, not rows that miss 1); input whose shape numpy cannot
+    tell (ragged) is refused by the value checks."""
+    shape = known_shape(x)
+    if shape is not None and (len(shape) != 2 or shape[0] == 0):
         raise InputError(f"{name} must be (S, N_T) with S >= 1 calibration rows, got shape "
-                         f"{cal.shape}")
-    if n_target is not None and cal.shape[1] != n_target:
-        raise InputError(f"{name} must be (S, {n_target}), got {cal.shape}")
+                         f"{shape}")
+    if shape is not None and n_target is not None and shape[1] != n_target:
+        raise InputError(f"{name} must be (S, {n_target}), got {shape}")
+    cal = host_prob_array(x, name)
     if cal.dtype == object:
         return cal
     return cal / cal.sum(axis=1, keepdims=True)

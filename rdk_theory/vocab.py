@@ -332,7 +332,8 @@ def keep_most_frequent(token_counts, k: int) -> np.ndarray:
         raw = None
     # integer counts are ranked as integers: float64 would tie counts above 2^53
     integer = raw is not None and raw.dtype.kind in "iu"
-    counts = raw if integer else as_real_array(token_counts, "token_counts")
+    counts = raw if integer else as_real_array(token_counts if raw is None else raw,
+                                               "token_counts")
     if counts.ndim != 1 or counts.size == 0:
         raise InputError(f"token_counts must be a non-empty 1-D vector, got shape {counts.shape}")
     if np.any(counts < 0) or not np.all(np.isfinite(counts)):
