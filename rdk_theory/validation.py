@@ -291,7 +291,11 @@ def check_tau(tau) -> None:
 
 def as_draft_to_target(x, n_target: int, name: str = "draft_to_target") -> np.ndarray:
     """Return the drafter->target id map as int64, or raise InputError."""
-    arr = np.asarray(host(x))
+    try:
+        arr = np.asarray(host(x))
+    except (ValueError, TypeError):  # ragged
+        raise InputError(f"{name} must be a non-empty 1-D integer array, got a ragged "
+                         "sequence") from None
     if arr.ndim != 1 or arr.shape[0] == 0:
         raise InputError(f"{name} must be a non-empty 1-D integer array, got shape {arr.shape}")
     if arr.dtype.kind == "f":

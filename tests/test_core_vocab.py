@@ -174,3 +174,9 @@ def test_keep_most_frequent_ranks_integer_counts_exactly():
     assert rt.keep_most_frequent([3, 1, 3, 2], 2).tolist() == [0, 2]  # ties: lower id
     with pytest.raises(rt.InputError):  # ragged: still a named error, not numpy's ValueError
         rt.keep_most_frequent([[1, 2], [3]], 1)
+
+
+def test_a_ragged_id_list_is_a_named_error():
+    """numpy's ValueError came through for a ragged draft_to_target."""
+    with pytest.raises(rt.InputError, match="draft_to_target must be a non-empty 1-D integer"):
+        rt.VocabMap(4, [[0, 1], [2]])
