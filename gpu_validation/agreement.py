@@ -9,10 +9,14 @@ If the calculators are right, ``k_i ~ Binomial(n, a_i)`` independently. Three ch
   for small ``n`` and acceptances near 0 or 1, where the normal tail of
   ``z = (sum k_i - n sum a_i) / sqrt(n sum a_i (1 - a_i))`` (still reported, with the
   interval it gives) is too light;
-* **dispersion**: ``sum (k_i - n a_i)^2 / (n a_i (1 - a_i))`` over positions with
-  ``n a_i (1 - a_i) >= 5`` is chi-square with that many degrees of freedom (upper tail; an
-  approximation, accurate at the default sizes). With no such position it is not run
-  (``dof`` 0, ``p_dispersion`` None);
+* **dispersion**: ``T = sum (k_i - n a_i)^2 / (n a_i (1 - a_i))`` over the ``dof`` positions
+  with ``n a_i (1 - a_i) >= 5``, upper tail. Where it is affordable (``dof`` up to about 250,
+  under a second) the p-value is a rigorous upper bound on the exact one
+  (:func:`dispersion_p_value`), so the check never rejects more often than its level; beyond,
+  it is the chi-square approximation with ``dof`` degrees of freedom, which many positions make
+  accurate (1.01-1.06x the nominal rate at the default sizes; at one position, 50 steps and
+  ``a = 0.2`` it rejected 4.1x too often at a level of 2.5e-5). ``dispersion_method`` says
+  which. With no such position it is not run (``dof`` 0, ``p_dispersion`` None);
 * **degenerate**: where ``a_i`` is 0 or 1 the count must be exactly 0 or ``n``.
 
 The run-wide false-alarm budget ``FALSE_ALARM`` is split evenly (Bonferroni) over all the
@@ -36,6 +40,11 @@ from scipy import stats
 #: Probability that a run whose calculators and sampler are correct reports a failure.
 FALSE_ALARM = 1e-3
 MIN_EXPECTED_VARIANCE = 5.0
+#: Grid cells times positions that :func:`dispersion_p_value` may convolve (under a second).
+DISPERSION_BUDGET = 2 ** 23
+#: Largest shift, in standard deviations of ``T`` (``sqrt(2 dof)``), that the grid's rounding
+#: may add to ``T``: the exact bound is used only where it is this tight.
+DISPERSION_SLACK_SD = 0.1
 
 
 def critical_z(n_tests: int, false_alarm: float = FALSE_ALARM) -> float:
@@ -52,7 +61,7 @@ def binomial_agreement(predicted, accepted, n: int, n_tests: int = 1) -> dict:
     sel = var >= MIN_EXPECTED_VARIANCE
     chi2 = float(np.sum((k[sel] - n * a[sel]) ** 2 / var[sel]))
     dof = int(sel.sum())
-    p_disp = float(stats.chi2.sf(chi2, dof)) if dof else None  # None: not run
+    p_disp, method = dispersion_p_value(a[sel], k[sel], n) if dof else (None, None)  # not run
     p_agg = binomial_sum_p_value(a, n, int(round(k.sum())))
     degenerate_ok = bool(np.all(k[a == 0] == 0) and np.all(k[a == 1] == n))
     zc = critical_z(n_tests)
@@ -61,7 +70,8 @@ def binomial_agreement(predicted, accepted, n: int, n_tests: int = 1) -> dict:
     return {
         "predicted_mean": float(a.mean()), "measured_mean": float(k.sum() / (n * a.size)),
         "ci_half_width": float(half), "z": z, "p_aggregate": p_agg,
-        "chi2": chi2, "dof": dof, "p_dispersion": p_disp, "degenerate_ok": degenerate_ok,
+        "chi2": chi2, "dof": dof, "p_dispersion": p_disp,
+        "dispersion_method": method, "degenerate_ok": degenerate_ok,
         "test_level": level,
         "pass": bool(p_agg > level and (p_disp is None or p_disp > level) and degenerate_ok),
     }
@@ -82,6 +92,48 @@ def martingale_agreement(alphas, accepted, n_tests: int = 1) -> dict:
             "measured_rate": float(x.mean()) if a.size else 0.0,
             "ci_half_width": float(zc * np.sqrt(var) / max(a.size, 1)),
             "z": z, "p_value": p, "test_level": level, "pass": bool(p > level)}
+
+
+def dispersion_p_value(predicted, accepted, n: int, budget: int = DISPERSION_BUDGET,
+                       slack_sd: float = DISPERSION_SLACK_SD) -> tuple[float, str]:
+    """Upper-tail p-value of ``T = sum_i T_i``, ``T_i = (k_i - n a_i)^2 / (n a_i (1 - a_i))``,
+    with ``k_i ~ Binomial(n, a_i)`` independent (every ``a_i`` strictly inside (0, 1)).
+    Returns ``(p, "exact-bound")``, or ``(p, "chi-square")`` where the exact bound is too dear.
+
+    The exact law of ``T`` is not on a lattice, so each ``T_i`` is rounded *up* to a grid of
+    ``m`` cells on ``[0, t]`` (``t`` the observed value): the rounded sum is at least ``T``, so
+    ``P(rounded sum >= t) >= P(T >= t)`` and the p-value is never too small (a correct run
+    fails no more often than the level). Terms are nonnegative, so mass past ``t`` is final and
+    the law is kept on ``[0, t)`` only, convolved in one position at a time (FFT, round-off
+    ~1e-13). The rounding adds less than ``dof t / m`` to ``T``; ``m`` makes that at most
+    ``slack_sd`` standard deviations (``sqrt(2 dof)``), and at least 2048 cells. Where
+    ``dof * m`` would pass ``budget`` the chi-square tail with ``dof`` degrees of freedom is
+    returned instead.
+    """
+    from scipy import fft
+
+    a = np.asarray(predicted, dtype=np.float64).reshape(-1)
+    k = np.asarray(accepted, dtype=np.float64).reshape(-1)
+    n = int(n)
+    var = n * a * (1 - a)
+    t = float(np.sum((k - n * a) ** 2 / var))
+    dof = a.size
+    if t <= 0:
+        return 1.0, "exact-bound"
+    cells = max(2048, int(np.ceil(dof * t / (slack_sd * np.sqrt(2 * dof)))))
+    if dof * cells > budget:
+        return float(stats.chi2.sf(t, dof)), "chi-square"
+    size = fft.next_fast_len(2 * cells, real=True)
+    support = np.arange(n + 1)
+    below = np.zeros(cells)  # law of the rounded partial sum on cells 0 .. cells - 1
+    below[0] = 1.0
+    for ai, vi in zip(a, var):
+        x = (support - n * ai) ** 2 / vi * (cells / t)
+        cell = np.minimum(np.ceil(x * (1 + 1e-12)), cells).astype(np.int64)  # up, never down
+        term = np.bincount(cell, weights=stats.binom.pmf(support, n, ai), minlength=cells + 1)
+        below = fft.irfft(fft.rfft(below, size) * fft.rfft(term[:cells], size), size)[:cells]
+        below = np.clip(below, 0.0, None)
+    return float(min(1.0, max(0.0, 1.0 - below.sum()))), "exact-bound"
 
 
 def binomial_sum_p_value(probs, n: int, observed: int) -> float:

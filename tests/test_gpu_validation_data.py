@@ -229,3 +229,56 @@ def test_dispersion_check_without_eligible_positions_is_not_run():
     (it was a p-value of 1.0, counted as a pass of a test that never ran)."""
     res = agreement.binomial_agreement(np.full(4, 0.1), [1, 2, 0, 1], 19)
     assert res["dof"] == 0 and res["p_dispersion"] is None and res["pass"]
+
+
+def _exact_dispersion_tail(a, n, t):
+    """P(sum_i (k_i - n a_i)^2 / (n a_i (1 - a_i)) >= t) by enumerating every joint count."""
+    grid = np.meshgrid(*[np.arange(n + 1)] * len(a), indexing="ij")
+    stat = sum((g - n * ai) ** 2 / (n * ai * (1 - ai)) for g, ai in zip(grid, a))
+    law = np.prod([sstats.binom.pmf(g, n, ai) for g, ai in zip(grid, a)], axis=0)
+    return float(law[stat >= t * (1 - 1e-12)].sum())
+
+
+def test_dispersion_p_value_brackets_the_exact_tail():
+    """Enumerating every joint count (up to 21^3): the p-value is never below the exact tail
+    P(T >= t), and at most the tail from ``t`` less the grid's stated slack,
+    DISPERSION_SLACK_SD standard deviations of T."""
+    rng = np.random.default_rng(11)
+    for _ in range(40):
+        dof = int(rng.integers(1, 4))
+        n = int(rng.integers(2, 21))
+        a = rng.uniform(0.02, 0.98, dof)
+        k = rng.binomial(n, a)
+        p, method = agreement.dispersion_p_value(a, k, n)
+        t = float(np.sum((k - n * a) ** 2 / (n * a * (1 - a))))
+        slack = agreement.DISPERSION_SLACK_SD * np.sqrt(2 * dof)
+        assert method == "exact-bound"
+        assert p >= _exact_dispersion_tail(a, n, t) - 1e-12
+        assert p <= _exact_dispersion_tail(a, n, t - slack) + 1e-12
+
+
+@pytest.mark.parametrize("n_tests", [4, 40])
+def test_dispersion_check_keeps_its_level_at_one_position(n_tests):
+    """One position, 50 steps, a = 0.2 (n a (1 - a) = 8, so the check runs): the exact size of
+    the dispersion check, P(p_dispersion <= level) summed over all 51 counts, is at most its
+    level; the chi-square tail used before rejected 1.3x and 4.1x too often here."""
+    n, a = 50, 0.2
+    level = agreement.FALSE_ALARM / n_tests
+    law = sstats.binom.pmf(np.arange(n + 1), n, a)
+    size = sum(law[k] for k in range(n + 1)
+               if not agreement.binomial_agreement([a], [k], n, n_tests)["p_dispersion"] > level)
+    assert size <= level
+    chi2_size = sum(law[k] for k in range(n + 1)
+                    if sstats.chi2.sf((k - n * a) ** 2 / (n * a * (1 - a)), 1) <= level)
+    assert chi2_size > 1.2 * level  # what the chi-square tail did here
+
+
+def test_dispersion_p_value_falls_back_to_chi_square_beyond_its_budget():
+    rng = np.random.default_rng(12)
+    a = rng.uniform(0.1, 0.9, 30)
+    k = rng.binomial(400, a)
+    t = float(np.sum((k - 400 * a) ** 2 / (400 * a * (1 - a))))
+    assert agreement.dispersion_p_value(a, k, 400, budget=0) == (sstats.chi2.sf(t, 30),
+                                                                   "chi-square")
+    assert agreement.dispersion_p_value(a, k, 400)[1] == "exact-bound"  # within budget
+    assert agreement.dispersion_p_value([0.5], [200], 400) == (1.0, "exact-bound")
