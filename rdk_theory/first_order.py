@@ -196,6 +196,7 @@ class FirstOrderCovarianceKernel:
         ``q'(j) (e^{a_j} - 1)/Z_j + sum_i v_i + (B^T v)_j`` with ``v = q'/Z`` and
         ``B^T v = C^T (C v) / tau - a v``: O(N S) per row, no N x N matrix.
         """
+        q_prime = B.floating(q_prime)
         left, right, coef = self._arrays(q_prime)
         u = q_prime @ left.T  # (..., S + 1): C v and sum v
         out = u @ right  # C^T (C v) / tau + sum v
@@ -224,6 +225,7 @@ class FirstOrderCovarianceKernel:
         ``[2^-60, 2^60]``; a row outside that range is divided first, so that ``r`` rounded to
         float32 neither underflows nor overflows).
         """
+        q_prime = B.floating(q_prime)
         engine = self._route(q_prime)
         if engine:
             return self._run(engine, q_prime, None, normalise)[0]

@@ -96,6 +96,7 @@ class DenseKernel:
         self._torch = _DeviceCache()
 
     def transport(self, q_prime):
+        q_prime = B.floating(q_prime)
         if B.is_torch(q_prime):
             return q_prime @ self._torch.get("m", self.matrix, q_prime)
         return q_prime @ self.matrix
@@ -127,6 +128,7 @@ class SparseKernel:
         self._torch = {}
 
     def transport(self, q_prime):
+        q_prime = B.floating(q_prime)
         if B.is_torch(q_prime):
             import torch
 
@@ -206,6 +208,7 @@ class MarginalKernel:
 
     def transport(self, q_prime):
         lam = self.lam
+        q_prime = B.floating(q_prime)
         if B.is_torch(q_prime):
             w = self._torch.get("w", self.w, q_prime)
         else:
