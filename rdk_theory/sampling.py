@@ -190,10 +190,11 @@ def verify_draft(target_probs, proposal, draft: int, rng, *, check: bool = True)
     ``1 - r(T)`` for those): always rejected, so the residual is drawn. ``check`` validates
     ``p``, ``r`` and ``draft`` (ids outside ``[-1, N_T)`` raise InputError).
     """
+    if check:  # on the inputs as given: a half-precision tensor keeps its dtype's tolerance
+        target_probs, proposal = _one_context(target_probs, proposal, "verify_draft")
     p = np.asarray(host(target_probs, "target_probs"), dtype=np.float64)
     r = np.asarray(host(proposal, "proposal"), dtype=np.float64)
     if check:
-        p, r = _one_context(p, r, "verify_draft")
         draft = as_count(draft, "draft", lo=-1)
         if draft >= p.shape[0]:
             raise InputError(f"draft = {draft} is out of range: the target has {p.shape[0]} "

@@ -53,6 +53,20 @@ def test_verify_draft_validates_the_laws_and_the_generator():
     assert rt.verify_draft(p, p, np.int64(2), np.random.default_rng(0)) == (2, True)
 
 
+def test_verify_draft_validates_the_inputs_as_given_like_sample_steps():
+    """It converted to float64 first: a bfloat16 softmax lost its dtype's tolerance (refused as
+    summing to 1.00064), strings were parsed, a ragged list raised numpy's ValueError."""
+    g = torch.Generator().manual_seed(0)
+    p = torch.softmax(torch.randn(5000, generator=g) * 3, -1).to(torch.bfloat16)
+    assert abs(float(p.double().sum()) - 1) > 1e-4  # beyond the float64 tolerance
+    assert rt.verify_draft(p, p, 0, np.random.default_rng(0)) == (0, True)
+    rng = np.random.default_rng(0)
+    with pytest.raises(rt.InputError, match="target_probs must hold real numbers"):
+        rt.verify_draft(["0.5", "0.5"], ["0.5", "0.5"], 0, rng)
+    with pytest.raises(rt.InputError, match="target_probs is not a numeric array"):
+        rt.verify_draft([0.5, [0.5]], [0.5, 0.5], 0, rng)
+
+
 @pytest.mark.parametrize("weights, match", [
     (np.zeros(3), "positive sum"), ([0.5, -0.4, 0.5], "non-negative"),
     ([0.5, np.nan, 0.5], "finite"), ([0.5, np.inf], "finite"),
