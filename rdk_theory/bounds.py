@@ -63,6 +63,10 @@ def _alpha_mix(p, qp, k_qp, lam):
     return np.minimum(p, (1 - lam) * qp + lam * k_qp).sum(axis=-1)
 
 
+#: :func:`best_mixing_lambda`: values of ``A`` within this many ulps of its maximum are ties.
+TIE_ULPS = 64
+
+
 def best_mixing_lambda(target_probs, tli_proposals, w):
     """Best ``lam`` in [0, 1] for ``M = (1 - lam) I + lam 1 w^T`` on a calibration set.
 
@@ -80,7 +84,9 @@ def best_mixing_lambda(target_probs, tli_proposals, w):
       w: (N_T,) the rank-one kernel's target law.
 
     Returns:
-      ``(lam, mean_alpha)``: the maximiser (smallest one if several) and the maximum.
+      ``(lam, mean_alpha)``: the maximiser (smallest one if several; values within
+      ``TIE_ULPS`` ulps of the maximum count as ties, the round-off of evaluating ``A``) and
+      the maximum.
     """
     p, qp = _host_pair(target_probs, tli_proposals)
     w = host_prob_array(w, "w")
@@ -107,8 +113,11 @@ def best_mixing_lambda(target_probs, tli_proposals, w):
     # neighbours on each side, so a slope within round-off of 0 cannot misplace it
     window = points[max(0, j - 2): j + 3]
     vals = np.array([np.minimum(p, qp + lam * d).sum(axis=-1).mean() for lam in window])
-    i = int(np.argmax(vals))
-    return float(window[i]), float(vals[i])
+    # on a plateau the direct evaluations differ by round-off: the smallest point within
+    # TIE_ULPS of the largest value is the smallest maximiser (argmax took the largest value)
+    top = float(vals.max())
+    i = int(np.flatnonzero(vals >= top - TIE_ULPS * np.finfo(np.float64).eps * max(1.0, top))[0])
+    return float(window[i]), top
 
 
 def best_static_kernel_lp(target_probs, tli_proposals, *, mask=None):
@@ -179,6 +188,13 @@ def expected_tokens_per_call(acceptances):
     if a.dtype != object:
         a = a.astype(np.float64)
         if np.any(~np.isfinite(a)) or np.any((a < 0) | (a > 1)):
+            raise InputError("acceptances must lie in [0, 1]")
+    else:  # Fractions: the same range
+        try:
+            in_range = all(0 <= x <= 1 for x in a.reshape(-1))
+        except TypeError:  # not numbers
+            in_range = False
+        if not in_range:
             raise InputError("acceptances must lie in [0, 1]")
     return 1 + np.cumprod(a, axis=-1).sum(axis=-1)
 

@@ -39,7 +39,8 @@ from . import _blocked, _fused
 from .acceptance import acceptance_rate
 from .kernels import _centred_factor, _DeviceCache
 from ._fused import _F64
-from .validation import InputError, as_calibration, as_real_array, check_tau, same_backend
+from .validation import (InputError, as_calibration, as_count, as_real_array, check_tau,
+                         same_backend)
 
 
 def _plain(x) -> bool:
@@ -92,7 +93,8 @@ class FirstOrderCovarianceKernel:
         s, n = cal.shape
         c = _centred_factor(cal)  # (S, N): Omega = c.T @ c
         if rank is not None:
-            if not 1 <= rank <= min(s, n):
+            rank = as_count(rank, "rank", 1)
+            if rank > min(s, n):
                 raise InputError(f"rank must be in [1, {min(s, n)}], got {rank}")
             u, sv, vt = np.linalg.svd(c, full_matrices=False)
             c = sv[:rank, None] * vt[:rank]

@@ -28,7 +28,7 @@ import numpy as np
 
 from . import _backend as B
 from ._progress import progress
-from .validation import (InputError, as_calibration, as_prob_array, as_real_array,
+from .validation import (InputError, as_calibration, as_count, as_prob_array, as_real_array,
                          check_nonnegative, check_row_stochastic, check_tau)
 
 
@@ -169,7 +169,7 @@ class MarginalKernel:
             raise InputError(f"w must be 1-D, got shape {w.shape}")
         try:
             in_range = bool(0 <= lam <= 1)
-        except TypeError:
+        except (TypeError, ValueError):  # ValueError: an array's truth value
             in_range = False
         if not in_range:
             raise InputError(f"lam must be a number in [0, 1], got {lam!r}")
@@ -274,8 +274,9 @@ class CovarianceSoftmaxKernel:
     def __init__(self, calibration_probs, tau: float, *, block_bytes: int = 64 * 2**20,
                  show_progress: bool | None = None):
         check_tau(tau)
-        cal = as_calibration(calibration_probs)  # float64 numpy, also for tensor input
-        self.factor = _centred_factor(cal)
+        cal = as_calibration(calibration_probs)  # float64 numpy (tensor input too) or Fractions
+        # float64 whatever the rows (exp has no exact value; the first-order kernel's C the same)
+        self.factor = np.asarray(_centred_factor(cal), dtype=np.float64)
         self.tau = float(tau)
         self.n = int(cal.shape[1])
         # |Omega_ij| <= max_i Omega_ii (Cauchy-Schwarz): finite diagonal / tau, finite kernel.
@@ -404,7 +405,8 @@ def sparse_topk_kernel(affinity, k: int, tau: float = 1.0, *, n: int | None = No
             raise InputError(f"affinity must be square, got shape {a.shape}")
         n = a.shape[0]
         rows_of = lambda rows: a[rows]  # noqa: E731
-    if not 1 <= k <= n:
+    k = as_count(k, "k", 1)
+    if k > n:
         raise InputError(f"k must be in [1, {n}], got {k}")
     check_tau(tau)
     indptr = np.arange(0, n * k + 1, k)

@@ -100,7 +100,13 @@ def rdk_proposal_with_acceptance(target_probs, draft_probs, vocab_map, kernel, *
                                 check=False)
 
 
-def _check_kernel_size(kernel, vocab_map, name):
+def _check_kernel_size(kernel, vocab_map, name, *, optional: bool = False):
+    if kernel is None and optional:
+        return
+    if not callable(getattr(kernel, "transport", None)):
+        raise InputError(f"{name} must be a kernel, an object with transport(q') (see "
+                         f"rdk_theory.kernels), got {type(kernel).__name__}: wrap a matrix "
+                         "once with rdk_theory.as_kernel")
     n = getattr(kernel, "n", None)
     if n is not None and n != vocab_map.n_target:
         raise InputError(f"{name} is over {n} tokens but the target vocabulary has {vocab_map.n_target}")
@@ -113,8 +119,8 @@ def build_proposals(draft_probs, vocab_map, *, kernel=None, first_order=None, ch
     when ``first_order`` is given.
     """
     q = _check(draft_probs, vocab_map, check)
-    _check_kernel_size(kernel, vocab_map, "kernel")
-    _check_kernel_size(first_order, vocab_map, "first_order")
+    _check_kernel_size(kernel, vocab_map, "kernel", optional=True)
+    _check_kernel_size(first_order, vocab_map, "first_order", optional=True)
     out = {"vanilla": vanilla_proposal(q, vocab_map, check=False)}
     out["tli"] = B.safe_divide(out["vanilla"], B.total(out["vanilla"], keepdims=True))
     if kernel is not None:

@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import json
+from fractions import Fraction
 
 import numpy as np
 from hypothesis import given
@@ -136,14 +137,47 @@ def test_best_mixing_lambda_returns_the_smallest_maximiser_of_a_plateau():
     assert lam == 0.25 and best == 0.75
 
 
+def test_best_mixing_lambda_picks_the_smallest_maximiser_when_round_off_splits_a_tie():
+    """A is flat at 5/6 on [0, 2/3], but evaluated directly A(2/3) is one ulp above A(0):
+    argmax returned 2/3, mixing in weight that buys nothing. Also 200 seeded cases on a
+    grid of small rationals against the smallest maximiser found exactly (Fractions)."""
+    lam, best = best_mixing_lambda(np.array([[1.0, 0.0], [2 / 3, 1 / 3]]),
+                                   np.array([[1.0, 0.0], [1.0, 0.0]]), np.array([0.5, 0.5]))
+    assert lam == 0.0
+    assert_close(best, 5 / 6)
+    rng = np.random.default_rng(3)
+    for _ in range(200):
+        c, n = int(rng.integers(1, 4)), int(rng.integers(2, 6))
+        laws = [[[Fraction(int(v)) for v in rng.integers(0, 3, n) + np.eye(n, dtype=int)[0]]
+                 for _ in range(c)] for _ in range(2)]
+        p, qp = ([[v / sum(row) for v in row] for row in law] for law in laws)
+        w = [Fraction(int(v)) for v in rng.integers(0, 3, n) + 1]
+        w = [v / sum(w) for v in w]
+        d = [[sum(row) * wx - x for x, wx in zip(row, w)] for row in qp]
+
+        def mean_alpha(g):
+            return sum(sum(min(px, x + g * dx) for px, x, dx in zip(pr, qr, dr))
+                       for pr, qr, dr in zip(p, qp, d)) / c
+
+        cand = sorted({Fraction(0), Fraction(1)} | {(px - x) / dx for pr, qr, dr in zip(p, qp, d)
+                                                    for px, x, dx in zip(pr, qr, dr)
+                                                    if dx != 0 and 0 < (px - x) / dx < 1})
+        top = max(mean_alpha(g) for g in cand)
+        smallest = next(g for g in cand if mean_alpha(g) == top)
+        lam, best = best_mixing_lambda(np.array(p, dtype=float), np.array(qp, dtype=float),
+                                       np.array(w, dtype=float))
+        assert_close([lam, best], [float(smallest), float(top)])
+
+
 def test_block_efficiency_refuses_acceptances_outside_the_unit_interval():
     from rdk_theory.bounds import expected_tokens_per_call
     from rdk_theory.validation import InputError
 
     assert expected_tokens_per_call(np.array([0.5, 0.5])) == 1.75
-    for bad in ([0.5, 1.5], [-0.1, 0.5], [np.nan, 0.5]):
+    exact = [Fraction(3, 2)], [Fraction(-1, 3)], ["a"]  # object arrays: the same range
+    for bad in ([0.5, 1.5], [-0.1, 0.5], [np.nan, 0.5], *exact):
         try:
-            expected_tokens_per_call(np.array(bad))
+            expected_tokens_per_call(np.array(bad, dtype=object if bad in exact else None))
         except InputError as exc:
             assert "[0, 1]" in str(exc)
         else:

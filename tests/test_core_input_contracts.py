@@ -217,3 +217,40 @@ def test_a_special_hole_matches_nothing():
     vm = rt.VocabMap.from_token_strings(["a", ""], ["", "a"], draft_special_ids=[1],
                                         target_special_ids=[0])
     assert vm.draft_to_target.tolist() == [1, -1]
+
+
+def test_kernel_builders_refuse_what_they_cannot_use_in_one_input_error():
+    """Each of these was a raw TypeError, AttributeError or numpy ValueError."""
+    cal = np.random.default_rng(0).dirichlet(np.ones(8), size=5)
+    vm = rt.VocabMap(8, [0, 1, 2])
+    cases = [
+        (lambda: rt.sparse_topk_kernel(cal.T @ cal, 2.5), "k must be an integer >= 1"),
+        (lambda: rt.sparse_topk_kernel(cal.T @ cal, "2"), "k must be an integer >= 1"),
+        (lambda: rt.FirstOrderCovarianceKernel(cal, 1.0, rank="2"), "rank must be an integer"),
+        (lambda: rt.FirstOrderCovarianceKernel(cal, 1.0, rank=6), r"rank must be in \[1, 5\]"),
+        (lambda: rt.MarginalKernel(np.full(3, 1 / 3), np.array([0.5, 0.5])), "lam must be"),
+        (lambda: rt.rdk_proposal(np.full(3, 1 / 3), vm, np.eye(8)), "as_kernel"),
+        (lambda: rt.rdk_proposal(np.full(3, 1 / 3), vm, None), "kernel must be a kernel"),
+        (lambda: rt.build_proposals(np.full(3, 1 / 3), vm, first_order=np.eye(8)),
+         "first_order must be a kernel"),
+    ]
+    for build, match in cases:
+        with pytest.raises(rt.InputError, match=match):
+            build()
+    # a whole float is its integer, as for every other count
+    assert rt.sparse_topk_kernel(cal.T @ cal, 2.0).matrix.nnz == 16
+    assert rt.FirstOrderCovarianceKernel(cal, 1.0, rank=2.0).factor.shape == (2, 8)
+
+
+def test_exact_covariance_kernel_takes_fraction_calibration_rows_as_the_others_do():
+    """as_calibration returns Fraction rows as given; the first-order and marginal kernels took
+    them, the exact covariance kernel failed in np.exp on an object array."""
+    rows = [[Fraction(1, 2), Fraction(1, 4), Fraction(1, 4)],
+            [Fraction(1, 4), Fraction(1, 2), Fraction(1, 4)]]
+    exact, floats = np.array(rows, dtype=object), np.array(rows, dtype=float)
+    q = np.array([0.2, 0.3, 0.5])
+    for tau in (1.0, 0.01):
+        assert np.array_equal(rt.CovarianceSoftmaxKernel(exact, tau).transport(q),
+                              rt.CovarianceSoftmaxKernel(floats, tau).transport(q))
+        assert np.array_equal(rt.covariance_softmax_kernel(exact, tau).matrix,
+                              rt.covariance_softmax_kernel(floats, tau).matrix)
