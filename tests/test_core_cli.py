@@ -260,6 +260,9 @@ def test_report_synthetic_writes_json_and_figure_with_sane_order(tmp_path, capsy
     for r in rep["rows"]:
         assert r["tli"] >= r["vanilla"] - 1e-12  # O1
         assert r["tli"] <= r["oov_cap"] + 1e-12  # O2
+        # E per context, so for the means: |alpha_exact - alpha_first_order| <= TV(exact, FO)
+        assert 0 <= r["tv_exact_first_order"]
+        assert abs(r["rdk_exact"] - r["rdk_first_order"]) <= r["tv_exact_first_order"] + 1e-12
     full = rep["rows"][0]
     assert full["oov_cap"] == pytest.approx(1.0) and full["marginal"] == pytest.approx(full["tli"])
     # pruning hurts TLI, and the rank-one kernel recovers part of the loss at 5 %

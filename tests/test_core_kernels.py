@@ -51,6 +51,12 @@ def test_marginal_kernel_definition_and_identity_fallback():
     assert full.lam == 0.0
     assert_close(full.transport(q), q)
     assert rt.MarginalKernel.from_calibration(cal, vm, lam=0.25).lam == 0.25
+    # tokens outside I exist but the calibration puts no mass there: the identity too
+    # (a fallback only for an empty complement passed w = 0/0 on)
+    cal0, vm0 = np.array([[0.5, 0.5, 0, 0], [0.2, 0.8, 0, 0]]), rt.VocabMap(4, [0, 1, -1])
+    mk0 = rt.MarginalKernel.from_calibration(cal0, vm0)
+    qp = rt.tli_proposal(np.array([0.3, 0.5, 0.2]), vm0)
+    assert mk0.lam == 0.0 and np.array_equal(mk0.transport(qp), qp)
 
 
 def test_marginal_kernel_default_weight_is_capped_at_one():

@@ -154,14 +154,41 @@ def test_verify_draft_matches_the_step_law():
     p = np.array([0.1, 0.0, 0.6, 0.3])
     r = np.array([0.4, 0.2, 0.3, 0.1])
     counts = np.zeros(4, dtype=np.int64)
-    accepted = 0
     for _ in range(60_000):
-        tok, ok = rt.verify_draft(p, r, rt.draw(r, rng), rng)
-        counts[tok] += 1
-        accepted += ok
+        counts[rt.verify_draft(p, r, rt.draw(r, rng), rng)[0]] += 1
     assert_matches_law(counts, p, "verify_draft")
     # the same r = p edge case as sample_steps: never an empty residual
     assert rt.verify_draft(p, p, 2, rng) == (2, True)
+
+
+def test_verify_draft_accepts_iff_u_r_below_p_and_else_draws_the_residual_of_that_r():
+    """The rule itself, with no sampling noise: the step's first uniform u accepts draft x iff
+    u r(x) < p(x); a rejection then draws from (p - r)+ with the generator's next numbers.
+    (A 5% looser accept, or 2% of p mixed into the residual, passed the chi-square above.)"""
+    p = np.array([0.1, 0.0, 0.6, 0.3])
+    r = np.array([0.4, 0.2, 0.3, 0.1])
+    for seed in range(2000):
+        ref = np.random.default_rng(seed)
+        u = ref.random()
+        got = rt.verify_draft(p, r, 0, np.random.default_rng(seed))
+        assert got == ((0, True) if u * r[0] < p[0] else (rt.draw(np.maximum(p - r, 0), ref),
+                                                           False)), seed
+
+
+class _ZeroUniforms(np.random.Generator):
+    """Every uniform is exactly 0.0 (a value numpy's random() can return)."""
+
+    def random(self, size=None, dtype=np.float64, out=None):
+        return 0.0 if size is None else np.zeros(size)
+
+
+def test_a_uniform_of_exactly_zero_never_accepts_a_token_with_p_zero():
+    """u r(x) < p(x) is strict: at u = 0 a draft with p(x) = 0 is still rejected (<= would
+    emit a zero-probability token, with chance 2^-53 per step)."""
+    p, r = np.array([0.0, 1.0]), np.array([1.0, 0.0])
+    tokens, accepted = rt.sample_steps(p, r, 5, _ZeroUniforms(np.random.PCG64(0)))
+    assert not accepted.any() and (tokens == 1).all()
+    assert rt.verify_draft(p, r, 0, _ZeroUniforms(np.random.PCG64(0))) == (1, False)
 
 
 def test_inverse_cdf_never_returns_a_zero_weight_even_at_the_top_end():

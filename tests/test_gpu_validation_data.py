@@ -121,12 +121,22 @@ def test_binomial_agreement_accepts_correct_predictions_and_refutes_wrong_ones()
     stats.assert_pvalue(ok["p_aggregate"], "aggregate check on exact binomials")
     stats.assert_pvalue(ok["p_dispersion"], "dispersion check on exact binomials")
     assert ok["degenerate_ok"] and ok["pass"]
-    # negative controls: a 1% bias, swapped positions, a token accepted where alpha = 0
+    # negative controls: a 1% bias, a token accepted where alpha = 0 and one rejected where
+    # alpha = 1 (each alone fails the run)
     assert not agreement.binomial_agreement(np.clip(a + 0.01, 0, 1), k, 1000)["pass"]
-    assert not agreement.binomial_agreement(a[::-1], k, 1000)["pass"]
-    k_bad = k.copy()
-    k_bad[-2] = 1
-    assert not agreement.binomial_agreement(a, k_bad, 1000)["degenerate_ok"]
+    for i, count in ((-2, 1), (-1, 999)):
+        k_bad = k.copy()
+        k_bad[i] = count
+        res = agreement.binomial_agreement(a, k_bad, 1000)
+        assert not res["degenerate_ok"] and not res["pass"]
+    # swapped positions (the degenerate ends left out, which alone failed it before): the sum
+    # is unchanged, so only the dispersion check can see it, and it alone fails the run
+    res = agreement.binomial_agreement(a[:-2][::-1], k[:-2], 1000)
+    assert res["degenerate_ok"] and res["p_aggregate"] > res["test_level"]
+    assert res["p_dispersion"] < res["test_level"] and not res["pass"]
+    # the interval is on the mean per position and step: z sqrt(sum n a (1 - a)) / (n P)
+    half = agreement.binomial_agreement([0.5] * 4, [500] * 4, 1000)["ci_half_width"]
+    assert_close(half, agreement.critical_z(1) * np.sqrt(4 * 250) / 4000)
 
 
 def test_poisson_binomial_p_value_matches_the_binomial_case():

@@ -50,6 +50,23 @@ def test_a_false_statement_is_reported_failed(monkeypatch):
     assert not res.ok
 
 
+def test_O5_concavity_leg_fails_on_an_alpha_that_is_not_concave(monkeypatch):
+    """O5's midpoint check is not vacuous: a bump lam (lam - LAM) (lam - 1), zero at the
+    points the derivative leg uses (0 and LAM) and at 1 but negative at 1/2, breaks midpoint
+    concavity and only that; the checker reports it."""
+    import proofs.first_order_gain as gain
+
+    exact = gain.alpha_of_lambda
+
+    def bumped(p, q_prime, k_matrix, lam):
+        lam = Fraction(lam)
+        return exact(p, q_prime, k_matrix, lam) + lam * (lam - gain.LAM) * (lam - 1)
+
+    monkeypatch.setattr(gain, "alpha_of_lambda", bumped)
+    res = gain.check()
+    assert res.status == "failed" and "concavity" in res.counterexample
+
+
 def test_prove_cli_json(capsys):
     assert main(["prove", "--json", "--only", "L,A,B"]) == 0
     out = json.loads(capsys.readouterr().out)
