@@ -301,7 +301,7 @@ SIM_README = README.parent / "simulators" / "README.md"
 _COST_ROW = re.compile(r"^(\s+\d+\s+\d+)\s+\S+$")  # string's cost table: length, count, seconds
 
 
-@pytest.mark.parametrize("simulator", ["speedup", "dsi", "spectr", "string"])
+@pytest.mark.parametrize("simulator", ["speedup", "dsi", "spectr", "string", "disco"])
 def test_simulators_readme_tables_are_what_the_commands_print(simulator, capsys):
     """The simulators README's command for each fast simulator, run as written (without its
     --figure), prints every line of the README's table: exact numbers, Monte Carlo columns
