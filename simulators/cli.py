@@ -385,7 +385,7 @@ def _figure_path(text):
     is none, and the path printed is the one written); the folder must exist."""
     import os
 
-    if not os.path.basename(text) or os.path.basename(text).endswith("."):
+    if not os.path.basename(text) or os.path.basename(text).endswith(".") or os.path.isdir(text):
         raise argparse.ArgumentTypeError(f"{text!r} names no file (e.g. speedup.png)")
     path = text if os.path.splitext(text)[1] else text + ".png"
     fmt = os.path.splitext(path)[1][1:].lower()

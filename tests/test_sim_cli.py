@@ -91,6 +91,7 @@ def test_spectr_and_string(capsys):
     ["string", "--max-length", "4", "--figure", "{tmp}/x.pgf"],  # needs LaTeX: failed at the end
     ["speedup", "--figure", "{tmp}/"],  # names a folder, not a file
     ["speedup", "--figure", "{tmp}/fig."],
+    ["dsi", "--figure", "{tmp}"],  # an existing folder: was written beside it as {tmp}.png
 ])
 def test_bad_input_exits_2_with_one_line(capsys, tmp_path, argv):
     (tmp_path / "a_file").write_text("")
