@@ -180,17 +180,47 @@ def _synthetic_vocab(args) -> int:
     return n
 
 
+def _make_out_folder(out: str) -> list:
+    """Make ``--out`` (and missing parents) before any work, so that a folder that cannot be
+    made or written is an error now, not after the sweep; returns the folders it made,
+    outermost first, for :func:`cmd_report` to remove if the run then fails."""
+    ancestor, made = os.path.abspath(out), []
+    while not os.path.exists(ancestor):
+        made.insert(0, ancestor)
+        ancestor = os.path.dirname(ancestor)
+    if not os.path.isdir(ancestor):
+        what = "exists and is not a directory" if not made else f"lies under a file, {ancestor}"
+        raise InputError(f"--out {out} {what}")
+    os.makedirs(out, exist_ok=True)
+    if not os.access(out, os.W_OK):
+        _remove_empty(made)
+        raise InputError(f"--out {out} is not writable")
+    return made
+
+
+def _remove_empty(made: list) -> None:
+    for folder in reversed(made):
+        try:
+            os.rmdir(folder)  # only if still empty
+        except OSError:
+            return
+
+
 def cmd_report(args) -> int:
     keep = _parse_keep(args.keep)
     args.keep_fractions = keep
-    if os.path.exists(args.out) and not os.path.isdir(args.out):
-        raise InputError(f"--out {args.out} exists and is not a directory")
-    os.makedirs(args.out, exist_ok=True)  # before the sweep: a folder that cannot be made
-    if not os.access(args.out, os.W_OK):  # or written is an error now, not after the work
-        raise InputError(f"--out {args.out} is not writable")
     # --vocab sizes the synthetic LM only: checked before any work when the source is
     # synthetic, and under auto only once the real pair turned out not to be fetched
     n = _synthetic_vocab(args) if args.source == "synthetic" else None
+    made = _make_out_folder(args.out)
+    try:
+        return _run_report(args, keep, n)
+    except BaseException:  # a failed run leaves no empty folder of its own behind
+        _remove_empty(made)
+        raise
+
+
+def _run_report(args, keep, n) -> int:
     report = None
     if args.source in ("auto", "real"):
         source = _real_source()

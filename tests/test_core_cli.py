@@ -339,3 +339,32 @@ def test_a_case_file_that_cannot_be_read_is_named_as_such(tmp_path, capsys, monk
     code, out, err = _run(capsys, "acceptance", str(tmp_path / "c.npz"))
     assert code == 2 and out == ""
     assert err == f"error: cannot read {tmp_path / 'c.npz'}: Permission denied\n"
+
+
+def test_report_refuses_a_bad_out_or_input_and_leaves_no_folder_behind(tmp_path, capsys):
+    """--out is made before the sweep (a folder that cannot be made is an error then, not
+    after the work), but a run refused afterwards removed nothing: bad --vocab or --keep left
+    an empty --out; a path under a file said only 'Not a directory'."""
+    (tmp_path / "afile").write_text("")
+    for argv, match in (
+            (["--vocab", "10", "--out", str(tmp_path / "o1" / "sub")], "--vocab must be"),
+            (["--keep", "2", "--out", str(tmp_path / "o2")], "--keep"),
+            (["--out", str(tmp_path / "afile")], "exists and is not a directory"),
+            (["--out", str(tmp_path / "afile" / "sub")], "lies under a file")):
+        code, out, err = _run(capsys, "report", "--source", "synthetic", "--quick", *argv)
+        assert code == 2 and err.startswith("error: --") and match in err, err
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["afile"]
+
+
+def test_report_removes_the_folders_it_made_when_the_run_fails(tmp_path, capsys, monkeypatch):
+    import rdk_theory.report as report
+
+    def fail(*args, **kwargs):
+        raise rt.InputError("the sweep failed")
+
+    monkeypatch.setattr(report, "synthetic_report", fail)
+    (tmp_path / "kept").mkdir()
+    code, _, err = _run(capsys, "report", "--source", "synthetic", "--quick",
+                        "--out", str(tmp_path / "kept" / "a" / "b"))
+    assert code == 2 and "the sweep failed" in err
+    assert [p.name for p in tmp_path.iterdir()] == ["kept"] and not any((tmp_path / "kept").iterdir())
