@@ -130,12 +130,12 @@ def main(argv=None) -> int:
                                      description=__doc__.split("\n\n")[0])
     sub = parser.add_subparsers(dest="command", required=True)
     s = sub.add_parser("split", help="FILE -> DIR/FILE.partNNN + DIR/manifest.json")
-    s.add_argument("file")
-    s.add_argument("dir")
+    s.add_argument("file", help="the file to cut into chunks")
+    s.add_argument("dir", help="folder for the chunks and manifest.json (made if missing)")
     s.add_argument("--chunk-mib", type=float, default=60.0, help="default %(default)s")
     j = sub.add_parser("join", help="DIR (chunks + manifest) -> OUT, hash-checked")
-    j.add_argument("dir")
-    j.add_argument("out")
+    j.add_argument("dir", help="a folder written by split")
+    j.add_argument("out", help="the file to write (via OUT.partial, renamed once hash-checked)")
     j.add_argument("--sha256", help="the hash the whole file must have (e.g. a registry pin)")
     args = parser.parse_args(argv)
     try:
@@ -148,6 +148,10 @@ def main(argv=None) -> int:
             print(f"joined {out} ({out.stat().st_size} bytes), SHA-256 OK")
     except CarryError as exc:
         print(f"error: {exc}", file=sys.stderr)
+        return 2
+    except OSError as exc:  # a folder that cannot be written, a disk that is full
+        where = f": {exc.filename}" if exc.filename else ""
+        print(f"error: {exc.strerror or exc}{where}", file=sys.stderr)
         return 2
     return 0
 

@@ -81,6 +81,14 @@ def test_cli_split_join_and_error_exit(tmp_path, capsys):
     assert carry.main(["join", str(tmp_path / "c"), str(tmp_path / "h.bin")]) == 2
     assert "error: chunk f.bin.part001 is corrupt" in capsys.readouterr().err
     assert not (tmp_path / "h.bin").exists()
+    # a place that cannot be written (here: under a file) is an error line, not a traceback
+    assert carry.main(["split", str(src), str(src / "c")]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("error: ") and len(err.splitlines()) == 1 and str(src) in err
+    assert carry.main(["split", str(src), str(tmp_path / "c2")]) == 0
+    assert carry.main(["join", str(tmp_path / "c2"), str(src / "g.bin")]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("error: ") and len(err.splitlines()) == 1 and str(src) in err
 
 
 def _recipe(args, env_extra, cwd=REPO):
