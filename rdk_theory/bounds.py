@@ -187,15 +187,12 @@ def expected_tokens_per_call(acceptances):
         raise InputError(f"acceptances must have a non-empty last axis (gamma), got shape {a.shape}")
     if a.dtype != object:
         a = a.astype(np.float64)
-        if np.any(~np.isfinite(a)) or np.any((a < 0) | (a > 1)):
-            raise InputError("acceptances must lie in [0, 1]")
-    else:  # Fractions: the same range
-        try:
-            in_range = all(0 <= x <= 1 for x in a.reshape(-1))
-        except TypeError:  # not numbers
-            in_range = False
-        if not in_range:
-            raise InputError("acceptances must lie in [0, 1]")
+    try:  # one check for floats and Fractions alike: NaN fails both comparisons
+        in_range = bool(np.all((a >= 0) & (a <= 1)))
+    except TypeError:  # an object array of non-numbers
+        in_range = False
+    if not in_range:
+        raise InputError("acceptances must lie in [0, 1]")
     return 1 + np.cumprod(a, axis=-1).sum(axis=-1)
 
 

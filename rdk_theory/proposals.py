@@ -65,7 +65,7 @@ def rdk_proposal(draft_probs, vocab_map, kernel, *, check: bool = True):
     one) is given TLI's unnormalised ``r`` with ``normalise=True`` and divides by ``sum r``
     inside its own passes (same numbers to round-off, one write and one read of ``q'`` fewer).
     """
-    _check_kernel_size(kernel, vocab_map, "kernel")
+    _check_kernel(kernel, vocab_map, "kernel")
     if getattr(kernel, "fuses_normalisation", False):
         return kernel.transport(vanilla_proposal(draft_probs, vocab_map, check=check),
                                 normalise=True)
@@ -85,7 +85,7 @@ def rdk_proposal_with_acceptance(target_probs, draft_probs, vocab_map, kernel, *
     proposal's leading axes.
     """
     q = _check(draft_probs, vocab_map, check)
-    _check_kernel_size(kernel, vocab_map, "kernel")
+    _check_kernel(kernel, vocab_map, "kernel")
     if check:
         target_probs = as_prob_array(target_probs, "target_probs")
         if target_probs.shape[-1] != vocab_map.n_target:
@@ -100,7 +100,7 @@ def rdk_proposal_with_acceptance(target_probs, draft_probs, vocab_map, kernel, *
                                 check=False)
 
 
-def _check_kernel_size(kernel, vocab_map, name, *, optional: bool = False):
+def _check_kernel(kernel, vocab_map, name, *, optional: bool = False):
     if kernel is None and optional:
         return
     if not callable(getattr(kernel, "transport", None)):
@@ -119,8 +119,8 @@ def build_proposals(draft_probs, vocab_map, *, kernel=None, first_order=None, ch
     when ``first_order`` is given.
     """
     q = _check(draft_probs, vocab_map, check)
-    _check_kernel_size(kernel, vocab_map, "kernel", optional=True)
-    _check_kernel_size(first_order, vocab_map, "first_order", optional=True)
+    _check_kernel(kernel, vocab_map, "kernel", optional=True)
+    _check_kernel(first_order, vocab_map, "first_order", optional=True)
     out = {"vanilla": vanilla_proposal(q, vocab_map, check=False)}
     out["tli"] = B.safe_divide(out["vanilla"], B.total(out["vanilla"], keepdims=True))
     if kernel is not None:

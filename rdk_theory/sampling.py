@@ -192,13 +192,13 @@ def verify_draft(target_probs, proposal, draft: int, rng, *, check: bool = True)
     """
     if check:  # on the inputs as given: a half-precision tensor keeps its dtype's tolerance
         target_probs, proposal = _one_context(target_probs, proposal, "verify_draft")
+        draft = as_count(draft, "draft", lo=-1)
+        n = target_probs.shape[0]
+        if draft >= n:
+            raise InputError(f"draft = {draft} is out of range: the target has {n} "
+                             "tokens (-1: a drafter token the target lacks)")
     p = np.asarray(host(target_probs, "target_probs"), dtype=np.float64)
     r = np.asarray(host(proposal, "proposal"), dtype=np.float64)
-    if check:
-        draft = as_count(draft, "draft", lo=-1)
-        if draft >= p.shape[0]:
-            raise InputError(f"draft = {draft} is out of range: the target has {p.shape[0]} "
-                             "tokens (-1: a drafter token the target lacks)")
     _check_numpy_rng(rng)
     p, r = _normalised(p, r)
     if draft >= 0 and rng.random() * r[draft] < p[draft]:
