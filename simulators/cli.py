@@ -19,6 +19,11 @@ from rdk_theory.proposals import SAMPLERS
 from rdk_theory.validation import InputError, int_at_least
 
 RAW = argparse.RawDescriptionHelpFormatter
+#: Size limits that keep a run within minutes on a laptop (dsi --k-max 512 takes about 25 s at
+#: the default grid; disco's toy LM runs --gamma-max + 1 + thresholds policies).
+DSI_MAX_LOOKAHEAD = 1024
+DSI_MAX_POINTS = 1000
+DISCO_MAX_GAMMA = 64
 
 
 def _emit(args, obj, lines):
@@ -157,10 +162,14 @@ REALISTIC_A = (0.5, 0.95)
 def cmd_dsi(args) -> int:
     from . import dsi, plots
 
-    if args.c_points < 2 or args.a_points < 2:
-        raise InputError("--c-points and --a-points must be >= 2")
+    if not (2 <= args.c_points <= DSI_MAX_POINTS and 2 <= args.a_points <= DSI_MAX_POINTS):
+        raise InputError(f"--c-points and --a-points must be in 2..{DSI_MAX_POINTS}, "
+                         f"got {args.c_points} and {args.a_points}")
     if args.servers < 1:
         raise InputError(f"--servers must be >= 1, got {args.servers}")
+    if not 1 <= args.k_max <= DSI_MAX_LOOKAHEAD:
+        raise InputError(f"--k-max must be in 1..{DSI_MAX_LOOKAHEAD} (each grid cell searches every "
+                         f"lookahead; the sweep's time grows as its square), got {args.k_max}")
     cs = np.round(np.geomspace(0.01, 1.0, args.c_points), 4)
     as_ = np.round(np.linspace(0.0, 0.98, args.a_points), 4)
     t0 = time.time()
@@ -198,6 +207,9 @@ def cmd_disco(args) -> int:
     from .sequence import make_proposal_fn
     from .toy_lm import toy_pair
 
+    if not 1 <= args.gamma_max <= DISCO_MAX_GAMMA:
+        raise InputError(f"--gamma-max must be in 1..{DISCO_MAX_GAMMA} (the toy LM runs one Monte Carlo "
+                         f"policy per static gamma), got {args.gamma_max}")
     rng = np.random.default_rng(args.seed)
     trace = disco.regime_trace(rng, args.trace_length)
     n = trace.size
@@ -438,10 +450,10 @@ def register(subparsers) -> None:
                               "  -> per sampler: lossless yes, E[tokens/call], P(L = 1..4), MC mean [99.9% CI]")
     b.add_argument("--pair", choices=TOY_PAIRS + ("all",), default="all",
                    help="toy pair: same vocabulary, pruned drafter, or heterogeneous tokenizers (default all)")
-    b.add_argument("--sampler", choices=SAMPLERS + ("all",), default="all", help="default all")
-    b.add_argument("--gamma", type=_count, default=3, help="draft length (default 3)")
+    b.add_argument("--sampler", choices=SAMPLERS + ("all",), default="all", help="sampler (default all)")
+    b.add_argument("--gamma", type=_count, default=3, help="draft length, 0..6 (default 3; exact enumeration is exponential in it)")
     b.add_argument("--seed", type=_count, default=0,
-                   help="seed of the toy models and the Monte Carlo (>= 0)")
+                   help="seed of the toy models and the Monte Carlo (>= 0; default 0)")
     b.add_argument("--mc", type=_mc_count, default=0,
                    help="Monte Carlo iterations, 0 or >= 2 (default 0: none)")
     common(b)
@@ -452,12 +464,14 @@ def register(subparsers) -> None:
                                    "speedup with drafter cost c, and the best draft length g.",
                        epilog="example:\n  rdk-theory simulate speedup --alpha 0.6 0.8 0.9 --c 0.05 --mc 100000 "
                               "--figure speedup.png")
-    s.add_argument("--alpha", type=float, nargs="+", default=[0.6, 0.8, 0.9], help="acceptance rates")
-    s.add_argument("--c", type=float, default=0.05, help="drafter/target cost ratio (default 0.05)")
-    s.add_argument("--gamma-max", type=_positive_int, default=16, help="largest gamma searched (default 16)")
+    s.add_argument("--alpha", type=float, nargs="+", default=[0.6, 0.8, 0.9],
+                   help="acceptance rates in [0, 1], one curve each (default 0.6 0.8 0.9)")
+    s.add_argument("--c", type=float, default=0.05, help="drafter/target cost ratio, >= 0 (default 0.05)")
+    s.add_argument("--gamma-max", type=_positive_int, default=16,
+                   help="largest gamma searched, 1..512 (default 16)")
     s.add_argument("--mc", type=_mc_count, default=0,
                    help="Monte Carlo iterations at the best gamma, 0 or >= 2 (default 0: none)")
-    s.add_argument("--seed", type=_count, default=0)
+    s.add_argument("--seed", type=_count, default=0, help="Monte Carlo seed (default 0)")
     common(s)
     s.set_defaults(func=cmd_speedup)
 
@@ -469,9 +483,12 @@ def register(subparsers) -> None:
                               "  -> DSI / SI speedup ranges (whole grid and realistic sub-grid), "
                               "never-slower check")
     d.add_argument("--servers", type=_positive_int, default=7, help="target servers (default 7)")
-    d.add_argument("--c-points", type=_positive_int, default=24, help="grid points in c (default 24)")
-    d.add_argument("--a-points", type=_positive_int, default=50, help="grid points in a (default 50)")
-    d.add_argument("--k-max", type=_positive_int, default=64, help="largest lookahead (default 64)")
+    d.add_argument("--c-points", type=_positive_int, default=24,
+                   help=f"grid points in c, log-spaced on [0.01, 1], 2..{DSI_MAX_POINTS} (default 24)")
+    d.add_argument("--a-points", type=_positive_int, default=50,
+                   help=f"grid points in a, on [0, 0.98], 2..{DSI_MAX_POINTS} (default 50)")
+    d.add_argument("--k-max", type=_positive_int, default=64,
+                   help=f"largest lookahead, 1..{DSI_MAX_LOOKAHEAD} (default 64)")
     common(d)
     d.set_defaults(func=cmd_dsi)
 
@@ -480,20 +497,20 @@ def register(subparsers) -> None:
                                    "static one, on acceptance traces (exact DP) and on toy LMs (Monte Carlo "
                                    "speculative sampling), plus a confidence-threshold policy.",
                        epilog="example:\n  rdk-theory simulate disco --c 0.1 --figure disco.png")
-    c.add_argument("--pair", choices=TOY_PAIRS, default="pruned")
-    c.add_argument("--sampler", choices=SAMPLERS, default="tli")
+    c.add_argument("--pair", choices=TOY_PAIRS, default="pruned", help="toy pair (default pruned)")
+    c.add_argument("--sampler", choices=SAMPLERS, default="tli", help="sampler (default tli)")
     c.add_argument("--c", type=_unit_float, default=0.1,
                    help="drafter/target cost ratio in [0, 1] (default 0.1; a drafter slower than "
                         "the target never pays off, and the oracle bounds the policies only then)")
     c.add_argument("--gamma-max", type=_positive_int, default=8,
                    help="largest static gamma, and the most drafts per call of the toy LM's oracle "
-                        "and threshold policies (default 8)")
+                        f"and threshold policies, 1..{DISCO_MAX_GAMMA} (default 8)")
     c.add_argument("--tokens", type=_positive_int, default=20000, help="tokens per policy (default 20000)")
     c.add_argument("--trace-length", type=int_at_least(2), default=2000,
-                   help="positions of each acceptance trace (default 2000)")
+                   help="positions of each acceptance trace, >= 2 (default 2000)")
     c.add_argument("--thresholds", type=_unit_float, nargs="*", default=[0.1, 0.2, 0.3, 0.4, 0.5],
                    help="confidence thresholds in [0, 1] (default 0.1 .. 0.5)")
-    c.add_argument("--seed", type=_count, default=0)
+    c.add_argument("--seed", type=_count, default=0, help="seed of the traces and the Monte Carlo (default 0)")
     common(c)
     c.set_defaults(func=cmd_disco)
 
@@ -501,11 +518,13 @@ def register(subparsers) -> None:
                        description="SpecTr K-SEQ (arXiv 2310.15141) with k i.i.d. drafts: best rho by "
                                    "bisection, acceptance 1 - (1 - beta)^k, exact output law, LP optimum.",
                        epilog="example:\n  rdk-theory simulate spectr --support 4 --k-max 4 --mc 100000")
-    k.add_argument("--support", type=_positive_int, default=4, help="vocabulary size (default 4)")
-    k.add_argument("--k-max", type=_positive_int, default=4)
-    k.add_argument("--trials", type=_positive_int, default=50, help="random pairs for the ratio bound")
-    k.add_argument("--mc", type=_count, default=0, help="Monte Carlo K-SEQ steps per k")
-    k.add_argument("--seed", type=_count, default=0)
+    k.add_argument("--support", type=_positive_int, default=4,
+                   help="vocabulary size, 2..8 (default 4; the output law is enumerated exactly)")
+    k.add_argument("--k-max", type=_positive_int, default=4, help="most drafts k, 1..5 (default 4)")
+    k.add_argument("--trials", type=_positive_int, default=50,
+                   help="random pairs for the K-SEQ / LP-optimum ratio (default 50)")
+    k.add_argument("--mc", type=_count, default=0, help="Monte Carlo K-SEQ steps per k (default 0: none)")
+    k.add_argument("--seed", type=_count, default=0, help="seed of the random pairs (default 0)")
     common(k, figure=False)
     k.set_defaults(func=cmd_spectr)
 
@@ -514,7 +533,9 @@ def register(subparsers) -> None:
                                    "segmentations, SLEM and SLRS acceptance, exact losslessness, and the "
                                    "exponential number of segmentations.",
                        epilog="example:\n  rdk-theory simulate string --max-length 24 --figure psi_cost.png")
-    t.add_argument("--max-length", type=_positive_int, default=24)
-    t.add_argument("--seed", type=_count, default=0)
+    t.add_argument("--max-length", type=_positive_int, default=24,
+                   help="cost table up to strings 'abab...' of this length, 1..60 (default 24; "
+                        "their segmentations are counted, and enumerated up to length 7)")
+    t.add_argument("--seed", type=_count, default=0, help="seed of the toy models (default 0)")
     common(t)
     t.set_defaults(func=cmd_string)
