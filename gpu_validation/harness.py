@@ -24,6 +24,7 @@ from pathlib import Path
 import numpy as np
 
 from rdk_theory._optional import import_failure
+from rdk_theory._outdir import out_folder
 from rdk_theory.validation import InputError
 
 from . import agreement, collect, figures, models, pruning, speculative, study, timing
@@ -126,13 +127,22 @@ E2E_SAMPLERS = ("tli", "marginal", "rdk_first_order")
 
 
 def run(cfg: RunConfig, log=print) -> dict:
-    """Run every stage; write ``report.json``, ``per_position.npz`` and figures to ``cfg.out``."""
+    """Run every stage; write ``report.json``, ``per_position.npz`` and figures to ``cfg.out``.
+
+    The settings, the model specs (:func:`.models.check_spec`) and ``cfg.out`` are checked
+    before any model is loaded; a run that fails removes the folders it made for ``cfg.out``
+    while they are empty (never one that existed before, nor the files already written)."""
     unknown = [s for s in cfg.e2e_samplers if s not in E2E_SAMPLERS]
     if unknown:  # it would have generated with TLI under the other name
         raise InputError(f"end-to-end sampler {unknown[0]!r} is not available: choose from "
                          f"{', '.join(E2E_SAMPLERS)}")
-    out = Path(cfg.out)
-    out.mkdir(parents=True, exist_ok=True)
+    for spec in (cfg.target, cfg.drafter):
+        models.check_spec(spec, fetch_missing=cfg.fetch_missing)
+    with out_folder(cfg.out):
+        return _run_stages(cfg, Path(cfg.out), log)
+
+
+def _run_stages(cfg: RunConfig, out: Path, log) -> dict:
     rng = np.random.default_rng(cfg.seed)
     t0 = time.perf_counter()
     dur = {}

@@ -8,7 +8,9 @@ Two ways to name a model, and no silent fallback between them:
   and saved as a bf16 safetensors copy that later loads in seconds (every run of a built-in
   model, the first included, computes from these bf16-rounded weights, in the run's dtype);
 * anything else is passed to transformers as it is: a **hub id or a local directory** (the normal
-  path for users with a hub), or a local ``.gguf`` file.
+  path for users with a hub), or a local ``.gguf`` file. A spec that names a local path (ends in
+  ``.gguf``, starts with ``/``, ``./``, ``../`` or ``~``) and does not exist is refused before
+  anything is loaded (:func:`check_spec`), not tried as a hub id.
 
 Cache: ``$RDK_THEORY_CACHE`` if set, else ``~/.cache/rdk-theory/models``. Layout::
 
@@ -237,11 +239,15 @@ def _verified_gguf(model: BuiltinModel, fetch_missing: bool, log) -> Path:
     gguf = gguf_path(model)
     if not gguf.is_file():
         if not fetch_missing:
-            raise ModelError(f"{model.name} is not fetched: run 'rdk-theory models fetch "
-                             f"{model.name}' (or point --target/--drafter at a hub id or path)")
+            raise _not_fetched(model)
         fetch(model.name, log=log)
     verify(gguf, model.sha256)
     return gguf
+
+
+def _not_fetched(model: BuiltinModel) -> ModelError:
+    return ModelError(f"{model.name} is not fetched: run 'rdk-theory models fetch {model.name}' "
+                      "(or point --target/--drafter at a hub id or path)")
 
 
 def _existing_parent(path: Path) -> Path:
@@ -324,6 +330,45 @@ def share_output_width(target: LoadedModel, drafter: LoadedModel) -> int | None:
     return width
 
 
+#: How a spec that names a local path starts (besides ending in ``.gguf``); see :func:`check_spec`.
+LOCAL_PREFIXES = ("/", "./", "../", "~")
+
+
+def check_spec(spec: str, *, fetch_missing: bool = False) -> None:
+    """Refuse, before any model is loaded, a spec that cannot load: a malformed
+    ``truncated:LAYERS:MODEL``, a local path that does not exist, or (unless ``fetch_missing``)
+    a built-in model that is not fetched.
+
+    A spec that is not built in is a local path when it ends in ``.gguf`` or starts with one of
+    :data:`LOCAL_PREFIXES`; anything else (``Qwen/Qwen2.5-0.5B``, or ``models/mine``, a local
+    folder when there is one) is left to transformers, which tries it as a folder, then as a
+    hub id.
+    """
+    if spec.startswith("truncated:"):
+        return check_spec(parse_truncated(spec)[1], fetch_missing=fetch_missing)
+    builtin = get_builtin(spec)
+    if builtin is not None:
+        if not (fetch_missing or is_fetched(builtin)):
+            raise _not_fetched(builtin)
+    elif not os.path.exists(os.path.expanduser(spec)):
+        if spec.endswith(".gguf"):
+            raise ModelError(f"the local .gguf file {spec} does not exist")
+        if spec.startswith(LOCAL_PREFIXES):
+            raise ModelError(f"{spec}: no such file or folder")
+
+
+def parse_truncated(spec: str) -> tuple[int, str]:
+    """``truncated:L:BASE`` as ``(L, BASE)``; ModelError unless L is an integer >= 1."""
+    try:
+        _, n_layers, base = spec.split(":", 2)
+        n_layers = int(n_layers)
+    except ValueError:
+        raise ModelError(f"expected 'truncated:LAYERS:MODEL', got {spec!r}") from None
+    if n_layers < 1:
+        raise ModelError(f"{spec}: a truncated model keeps at least 1 layer, not {n_layers}")
+    return n_layers, base
+
+
 def load(spec: str, *, device: str = "cpu", dtype: str = "auto", fetch_missing: bool = False,
          log=print) -> LoadedModel:
     """Load a built-in name, a hub id / local directory, or a local ``.gguf`` file.
@@ -356,14 +401,10 @@ def _load_truncated(spec: str, **kw) -> LoadedModel:
     A cheap drafter that shares the target's vocabulary, for machines that can carry only one
     small model (the GPU recipe in gpu_validation/README.md).
     """
-    try:
-        _, n_layers, base = spec.split(":", 2)
-        n_layers = int(n_layers)
-    except ValueError:
-        raise ModelError(f"expected 'truncated:LAYERS:MODEL', got {spec!r}") from None
+    n_layers, base = parse_truncated(spec)
     lm = load(base, **kw)
     layers = lm.model.model.layers
-    if not 1 <= n_layers <= len(layers):
+    if n_layers > len(layers):
         raise ModelError(f"{base} has {len(layers)} layers; cannot keep {n_layers}")
     lm.model.model.layers = layers[:n_layers]
     lm.model.config.num_hidden_layers = n_layers

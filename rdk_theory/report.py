@@ -21,6 +21,7 @@ from importlib.metadata import entry_points
 import numpy as np
 
 from ._optional import import_failure
+from ._outdir import out_folder
 from ._progress import progress
 from .acceptance import acceptance_rate, oov_cap, total_variation
 from .case import DENSE_KERNEL_MAX_BYTES, default_tau
@@ -180,44 +181,14 @@ def _synthetic_vocab(args) -> int:
     return n
 
 
-def _make_out_folder(out: str) -> list:
-    """Make ``--out`` (and missing parents) before any work, so that a folder that cannot be
-    made or written is an error now, not after the sweep; returns the folders it made,
-    outermost first, for :func:`cmd_report` to remove if the run then fails."""
-    ancestor, made = os.path.abspath(out), []
-    while not os.path.exists(ancestor):
-        made.insert(0, ancestor)
-        ancestor = os.path.dirname(ancestor)
-    if not os.path.isdir(ancestor):
-        what = "exists and is not a directory" if not made else f"lies under a file, {ancestor}"
-        raise InputError(f"--out {out} {what}")
-    os.makedirs(out, exist_ok=True)
-    if not os.access(out, os.W_OK):
-        _remove_empty(made)
-        raise InputError(f"--out {out} is not writable")
-    return made
-
-
-def _remove_empty(made: list) -> None:
-    for folder in reversed(made):
-        try:
-            os.rmdir(folder)  # only if still empty
-        except OSError:
-            return
-
-
 def cmd_report(args) -> int:
     keep = _parse_keep(args.keep)
     args.keep_fractions = keep
     # --vocab sizes the synthetic LM only: checked before any work when the source is
     # synthetic, and under auto only once the real pair turned out not to be fetched
     n = _synthetic_vocab(args) if args.source == "synthetic" else None
-    made = _make_out_folder(args.out)
-    try:
+    with out_folder(args.out):  # a failed run leaves no empty folder of its own behind
         return _run_report(args, keep, n)
-    except BaseException:  # a failed run leaves no empty folder of its own behind
-        _remove_empty(made)
-        raise
 
 
 def _run_report(args, keep, n) -> int:

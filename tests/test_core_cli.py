@@ -368,3 +368,23 @@ def test_report_removes_the_folders_it_made_when_the_run_fails(tmp_path, capsys,
                         "--out", str(tmp_path / "kept" / "a" / "b"))
     assert code == 2 and "the sweep failed" in err
     assert [p.name for p in tmp_path.iterdir()] == ["kept"] and not any((tmp_path / "kept").iterdir())
+
+
+def test_every_option_of_every_command_states_its_default():
+    """``--help`` teaches: every option that takes a value says its default, in every command
+    and sub-command (the simulators' and validate's help left out about a dozen)."""
+    import argparse
+
+    from rdk_theory.cli import build_parser
+
+    def undocumented(parser, path):
+        for act in parser._actions:
+            if isinstance(act, argparse._SubParsersAction):
+                for name, sub in act.choices.items():
+                    yield from undocumented(sub, f"{path} {name}")
+            elif (act.option_strings and act.nargs != 0
+                  and act.default not in (None, argparse.SUPPRESS)
+                  and "default" not in (act.help or "").lower()):
+                yield f"{path} {'/'.join(act.option_strings)}"
+
+    assert list(undocumented(build_parser(), "rdk-theory")) == []

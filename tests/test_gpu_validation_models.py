@@ -129,8 +129,13 @@ def test_cli_models_list_and_bad_input(tmp_path, monkeypatch, capsys):
     assert main(["models", "list"]) == 0
     out = capsys.readouterr().out
     assert all(name in out for name in REGISTRY)
-    assert main(["models", "fetch", "gpt-17"]) == 2
-    assert "error: unknown model" in capsys.readouterr().err
+    # names narrow the list (they were ignored), and an unknown one is an error there too
+    assert main(["models", "list", "smollm2-135m"]) == 0
+    rows = capsys.readouterr().out.splitlines()[2:]
+    assert [r.split()[0] for r in rows] == ["smollm2-135m"]
+    for action in ("fetch", "list"):
+        assert main(["models", action, "gpt-17"]) == 2
+        assert "error: unknown model 'gpt-17'" in capsys.readouterr().err
     assert main(["validate", "--kept", "4096,abc"]) == 2
     assert "--kept" in capsys.readouterr().err
     # a kept size beyond the built-in drafter's vocabulary: refused before any model loads

@@ -1,0 +1,52 @@
+"""The ``--out`` folder of a command: made before any work, removed again if the run fails.
+
+Shared by ``rdk-theory report`` and ``rdk-theory validate``: a folder that cannot be made or
+written is an error before the work (not after it, with the results lost), and a run that
+fails leaves no empty folder of its own behind. Folders that existed before the run, and
+folders that hold files, are never removed.
+"""
+from __future__ import annotations
+
+import os
+from contextlib import contextmanager
+
+from .validation import InputError
+
+
+def make_out_folder(out: str) -> list:
+    """Make ``--out`` (and missing parents) before any work, so that a folder that cannot be
+    made or written is an error now, not after the run; returns the folders it made,
+    outermost first, for :func:`remove_empty` to remove if the run then fails."""
+    ancestor, made = os.path.abspath(out), []
+    while not os.path.exists(ancestor):
+        made.insert(0, ancestor)
+        ancestor = os.path.dirname(ancestor)
+    if not os.path.isdir(ancestor):
+        what = "exists and is not a directory" if not made else f"lies under a file, {ancestor}"
+        raise InputError(f"--out {out} {what}")
+    os.makedirs(out, exist_ok=True)
+    if not os.access(out, os.W_OK):
+        remove_empty(made)
+        raise InputError(f"--out {out} is not writable")
+    return made
+
+
+def remove_empty(made: list) -> None:
+    """Remove the folders :func:`make_out_folder` made, innermost first, while they are empty."""
+    for folder in reversed(made):
+        try:
+            os.rmdir(folder)  # only if still empty
+        except OSError:
+            return
+
+
+@contextmanager
+def out_folder(out: str):
+    """``with out_folder(out):`` makes ``out`` first and, if the body raises, removes the
+    folders made here that are still empty (files already written are kept)."""
+    made = make_out_folder(out)
+    try:
+        yield
+    except BaseException:
+        remove_empty(made)
+        raise

@@ -1,0 +1,153 @@
+"""``rdk-theory validate``: bad --out folders and model specs are one ``error:`` line, exit 2,
+before any model is loaded, and a failed run leaves no empty folder of its own behind.
+
+No model is loaded here: the loaders are replaced by stubs that fail the test if reached
+(``loaded`` lists what reached them)."""
+from __future__ import annotations
+
+import pytest
+
+from gpu_validation import harness, models
+from rdk_theory.cli import main
+
+FAST = ("--quick", "--no-timing")
+
+
+@pytest.fixture
+def loaded(monkeypatch):
+    """Every call of a model or tokenizer loader, which raises so that no run goes on."""
+    calls = []
+
+    def loader(spec, **kwargs):
+        calls.append(spec)
+        raise AssertionError(f"a loader was reached with {spec!r}")
+
+    monkeypatch.setattr(models, "load", loader)
+    monkeypatch.setattr(models, "load_tokenizer", loader)
+    return calls
+
+
+def _error_line(capsys) -> str:
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and err[0].startswith("error: ") and "Traceback" not in err[0], err
+    return err[0]
+
+
+@pytest.mark.parametrize("hetero", [(), ("--hetero",)])
+@pytest.mark.parametrize("where", ["afile", "afile/sub"])
+def test_an_out_that_is_a_file_or_under_one_is_refused_naming_out(tmp_path, capsys, loaded,
+                                                                  where, hetero):
+    """It said 'error: File exists: afile' or 'Not a directory: afile/sub' (after the study,
+    with --hetero), not which option was wrong."""
+    (tmp_path / "afile").write_text("")
+    out = tmp_path / where
+    assert main(["validate", *hetero, *FAST, "--target", str(tmp_path), "--drafter",
+                 str(tmp_path), "--out", str(out)]) == 2
+    what = ("exists and is not a directory" if where == "afile"
+            else f"lies under a file, {tmp_path / 'afile'}")
+    assert _error_line(capsys) == f"error: --out {out} {what}"
+    assert loaded == [] and [p.name for p in tmp_path.iterdir()] == ["afile"]
+
+
+@pytest.mark.parametrize("hetero", [(), ("--hetero",)])
+def test_a_failed_run_removes_only_the_empty_folders_it_made(tmp_path, capsys, monkeypatch,
+                                                           hetero):
+    """A model that failed to load left an empty --out (and its parents) behind; a folder that
+    existed before is kept."""
+    def load_fails(spec, **kwargs):
+        raise models.ModelError(f"cannot load {spec!r}")
+
+    monkeypatch.setattr(models, "load", load_fails)
+    monkeypatch.setattr(models, "load_tokenizer", load_fails)
+    (tmp_path / "kept").mkdir()
+    assert main(["validate", *hetero, *FAST, "--target", str(tmp_path), "--drafter",
+                 str(tmp_path), "--out", str(tmp_path / "kept" / "a" / "b")]) == 2
+    assert _error_line(capsys) == f"error: cannot load {str(tmp_path)!r}"
+    assert [p.name for p in tmp_path.iterdir()] == ["kept"]
+    assert not any((tmp_path / "kept").iterdir())
+
+
+def test_a_run_that_fails_after_writing_keeps_what_it_wrote(tmp_path, capsys, monkeypatch):
+    out = tmp_path / "a" / "b"
+
+    def writes_then_fails(cfg, log):  # e.g. laws.npz written, then a later stage fails
+        (out / "laws.npz").write_text("computed")
+        raise models.ModelError("failed after writing")
+
+    monkeypatch.setattr(harness, "collect_pair", writes_then_fails)
+    assert main(["validate", *FAST, "--target", str(tmp_path), "--drafter", str(tmp_path),
+                 "--out", str(out)]) == 2
+    assert _error_line(capsys) == "error: failed after writing"
+    assert (out / "laws.npz").read_text() == "computed"
+
+
+@pytest.mark.parametrize("hetero", [(), ("--hetero",)])
+@pytest.mark.parametrize("option, spec, message", [
+    ("--target", "nope.gguf", "the local .gguf file nope.gguf does not exist"),
+    ("--drafter", "./models/nope.gguf", "the local .gguf file ./models/nope.gguf does not exist"),
+    ("--target", "./no-such-folder", "./no-such-folder: no such file or folder"),
+    ("--drafter", "../no-such-folder", "../no-such-folder: no such file or folder"),
+    ("--drafter", "~/no/such/rdk-model", "~/no/such/rdk-model: no such file or folder"),
+    ("--drafter", "{tmp}/absent", "{tmp}/absent: no such file or folder"),
+])
+def test_a_missing_local_model_is_refused_before_any_model_loads(tmp_path, capsys, monkeypatch,
+                                                                 loaded, option, spec, message,
+                                                                 hetero):
+    """A missing .gguf file or path went to transformers as a hub id ('Repo id must use
+    alphanumeric chars ...'), for the drafter only after the target had loaded."""
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setenv("HOME", str(tmp_path))
+    other = "--drafter" if option == "--target" else "--target"
+    out = tmp_path / "run"
+    assert main(["validate", *hetero, *FAST, other, str(tmp_path),
+                 option, spec.format(tmp=tmp_path), "--out", str(out)]) == 2
+    assert _error_line(capsys) == "error: " + message.format(tmp=tmp_path)
+    assert loaded == [] and not out.exists()
+
+
+@pytest.mark.parametrize("spec, message", [
+    ("truncated:abc", "expected 'truncated:LAYERS:MODEL', got 'truncated:abc'"),
+    ("truncated:x:smollm2-135m",
+     "expected 'truncated:LAYERS:MODEL', got 'truncated:x:smollm2-135m'"),
+    ("truncated:0:smollm2-135m", "truncated:0:smollm2-135m: a truncated model keeps at least 1 "
+                                 "layer, not 0"),
+    ("truncated:2:./nope.gguf", "the local .gguf file ./nope.gguf does not exist"),
+])
+def test_a_bad_truncated_drafter_is_refused_before_the_target_loads(tmp_path, capsys,
+                                                                    monkeypatch, loaded, spec,
+                                                                    message):
+    """'truncated:abc' was parsed only when the drafter loaded, after the target (minutes on
+    a CPU); the message is the same, now before any model."""
+    monkeypatch.chdir(tmp_path)
+    out = tmp_path / "run"
+    assert main(["validate", *FAST, "--target", str(tmp_path), "--drafter", spec, "--fetch",
+                 "--out", str(out)]) == 2
+    assert _error_line(capsys) == f"error: {message}"
+    assert loaded == [] and not out.exists()
+
+
+def test_an_unfetched_builtin_drafter_is_refused_before_the_target_loads(tmp_path, capsys,
+                                                                        monkeypatch, loaded):
+    monkeypatch.setenv("RDK_THEORY_CACHE", str(tmp_path / "cache"))
+    assert main(["validate", *FAST, "--target", str(tmp_path), "--drafter", "smollm2-135m",
+                 "--out", str(tmp_path / "run")]) == 2
+    assert _error_line(capsys) == ("error: smollm2-135m is not fetched: run 'rdk-theory models "
+                                   "fetch smollm2-135m' (or point --target/--drafter at a hub "
+                                   "id or path)")
+    assert loaded == [] and not (tmp_path / "run").exists()
+
+
+@pytest.mark.parametrize("spec", ["Qwen/Qwen2.5-0.5B", "models/mine", "gpt2",
+                                  "QWEN2.5-CODER-0.5B", "truncated:2:Qwen/Qwen2.5-0.5B",
+                                  "{tmp}/here.gguf", "./here.gguf"])
+def test_hub_ids_builtin_names_and_existing_paths_reach_the_loader(tmp_path, monkeypatch,
+                                                                   loaded, spec):
+    """The false goal: the up-front check must not refuse what can load. Hub ids (one slash,
+    no leading ./), built-in names (with --fetch) and existing files go on to the loader."""
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "here.gguf").write_bytes(b"GGUF")
+    spec = spec.format(tmp=tmp_path)
+    with pytest.raises(AssertionError, match="a loader was reached"):
+        main(["validate", *FAST, "--target", spec, "--drafter", spec, "--fetch",
+              "--kept", "8", "--out", str(tmp_path / "run")])
+    assert loaded == [spec] and not (tmp_path / "run").exists()
