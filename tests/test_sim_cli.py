@@ -178,19 +178,3 @@ def test_spectr_lp_optimum_of_disjoint_supports_is_plus_zero():
     opt = optimal_acceptance_lp([0.5, 0.5, 0.0, 0.0], [0.0, 0.0, 0.5, 0.5], 2)
     assert opt == 0.0 and math.copysign(1.0, opt) == 1.0
 
-
-def test_every_simulator_option_states_its_default():
-    """``--help`` teaches: each option with a value says its default (the simulators' help
-    left out half of them), and the sized ones their range."""
-    import argparse
-
-    from rdk_theory.cli import build_parser
-
-    sims = next(a for a in build_parser()._actions if isinstance(a, argparse._SubParsersAction))
-    simulate = sims.choices["simulate"]
-    subs = next(a for a in simulate._actions if isinstance(a, argparse._SubParsersAction))
-    missing = [f"{name} {'/'.join(act.option_strings)}"
-               for name, parser in subs.choices.items() for act in parser._actions
-               if act.option_strings and act.nargs != 0 and act.default not in (None, argparse.SUPPRESS)
-               and "default" not in (act.help or "")]
-    assert not missing, missing
