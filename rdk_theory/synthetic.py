@@ -24,34 +24,69 @@ def _check_n(n):
     return as_count(n, "vocabulary size", 1)
 
 
-def _check_positive(x, name: str, *, zero_ok: bool = False) -> float:
-    """``x`` as a finite float > 0 (>= 0 with ``zero_ok``), or InputError naming it."""
+def _as_float(x, name: str) -> float:
     try:
-        value = float(x)
+        return float(x)
     except (TypeError, ValueError):
         raise InputError(f"{name} must be a number, got {x!r}") from None
+
+
+def _check_finite(x, name: str) -> float:
+    """``x`` as a finite float, or InputError naming it."""
+    value = _as_float(x, name)
+    if not np.isfinite(value):
+        raise InputError(f"{name} must be finite, got {x}")
+    return value
+
+
+def _check_positive(x, name: str, *, zero_ok: bool = False) -> float:
+    """``x`` as a finite float > 0 (>= 0 with ``zero_ok``), or InputError naming it."""
+    value = _as_float(x, name)
     if not (np.isfinite(value) and (value >= 0 if zero_ok else value > 0)):
         raise InputError(f"{name} must be finite and {'>= 0' if zero_ok else '> 0'}, got {x}")
     return value
 
 
+def _check_rng(rng):
+    if not isinstance(rng, np.random.Generator):
+        raise InputError("rng must be a numpy.random.Generator (np.random.default_rng(seed)), "
+                         f"got {type(rng).__name__}")
+    return rng
+
+
+def _check_size(size) -> tuple:
+    """``size`` (an int or a tuple of them, each >= 0) as a shape tuple, or InputError."""
+    if isinstance(size, (tuple, list)):
+        return tuple(as_count(s, "size", 0) for s in size)
+    return (as_count(size, "size", 0),)
+
+
 def dirichlet(rng, n: int, concentration: float = 1.0, size: int | tuple = ()) -> np.ndarray:
     """Draws from ``Dirichlet(concentration * 1_n)``, shape ``size + (n,)``."""
+    _check_rng(rng)
     n = _check_n(n)
     concentration = _check_positive(concentration, "concentration")
-    size = (int(size),) if isinstance(size, (int, np.integer)) else tuple(size)
+    size = _check_size(size)
     g = rng.gamma(concentration, size=size + (n,))
-    s = g.sum(axis=-1, keepdims=True)
+    with np.errstate(over="ignore"):  # huge concentrations: draws near 1e306 overflow the sum;
+        s = g.sum(axis=-1, keepdims=True)  # such rows are scaled by their maximum first
+    if not np.all(np.isfinite(s)):
+        g = np.where(np.isfinite(s), g, g / g.max(axis=-1, keepdims=True))
+        s = g.sum(axis=-1, keepdims=True)
     out = g / np.where(s > 0, s, 1.0)
     under = s[..., 0] == 0
     if np.any(under):
         # For tiny concentrations every gamma draw of a row may underflow to 0. Such rows are
         # drawn again in log space, G_a = G_(a+1) U^(1/a) (U uniform), and normalised by a
         # softmax: the same law, no underflow, every id alike. Rows that did not underflow
-        # keep their draws (so seeded results stay as they were).
+        # keep their draws (so seeded results stay as they were). log U / a is shifted by its
+        # row maximum first (softmax ignores a row constant): unshifted, a whole row could
+        # overflow to -inf and come out NaN.
         m = int(under.sum())
-        log_g = (np.log(rng.gamma(concentration + 1, size=(m, n)))
-                 + np.log(rng.random((m, n))) / concentration)
+        log_u = np.log(rng.random((m, n)))
+        with np.errstate(over="ignore"):  # -inf below a row's maximum: exp gives an exact 0
+            log_g = (np.log(rng.gamma(concentration + 1, size=(m, n)))
+                     + (log_u - log_u.max(axis=-1, keepdims=True)) / concentration)
         out[under] = softmax(log_g)
     return out
 
@@ -60,6 +95,8 @@ def zipf(n: int, exponent: float = 1.1, *, rng=None) -> np.ndarray:
     """``p(k-th most likely) ∝ k^{-exponent}``; ids permuted at random when ``rng`` is given."""
     n = _check_n(n)
     exponent = _check_positive(exponent, "exponent", zero_ok=True)
+    if rng is not None:
+        _check_rng(rng)
     w = np.arange(1, n + 1, dtype=np.float64) ** (-exponent)
     w /= w.sum()
     return w[rng.permutation(n)] if rng is not None else w
@@ -71,7 +108,7 @@ def sparse_topk(rng, n: int, k: int, size: int | tuple = (), concentration: floa
     k = as_count(k, "k", 1)
     if k > n:
         raise InputError(f"k must be in [1, {n}], got {k}")
-    size = (int(size),) if isinstance(size, (int, np.integer)) else tuple(size)
+    size = _check_size(size)
     out = np.zeros(size + (n,))
     vals = dirichlet(rng, k, concentration, size)
     vals = np.maximum(vals, 1e-12)
@@ -127,9 +164,15 @@ def zipfian_lm(rng, n: int = 2048, *, contexts: int = 64, calibration: int = 256
     of one topic co-vary across contexts: the structure a covariance kernel can exploit. The
     drafter is ``softmax(log p_c + drafter_noise * N(0, 1))`` (an imperfect small model).
     """
+    _check_rng(rng)
     n = _check_n(n)
-    if topics < 1 or not 1 <= topic_size <= n:
-        raise InputError(f"need topics >= 1 and 1 <= topic_size <= n, got {topics}, {topic_size}")
+    contexts, calibration = as_count(contexts, "contexts", 1), as_count(calibration, "calibration", 1)
+    topics, topic_size = as_count(topics, "topics", 1), as_count(topic_size, "topic_size", 1)
+    if topic_size > n:
+        raise InputError(f"need 1 <= topic_size <= n = {n}, got {topic_size}")
+    for name, value in (("context_noise", context_noise), ("drafter_noise", drafter_noise)):
+        _check_positive(value, name, zero_ok=True)  # scales of N(0, 1) noise
+    _check_finite(topic_strength, "topic_strength")
     base = np.log(zipf(n, exponent))
     members = np.stack([rng.choice(n, size=topic_size, replace=False) for _ in range(topics)])
 

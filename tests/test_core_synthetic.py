@@ -87,19 +87,17 @@ def test_tiny_concentration_dirichlet_treats_every_id_alike():
     # the concentration, e.g. 0.09 / 16 + 0.01 without the U^(1/a) factor). z-test of the
     # mean of x^2 over n = 20000 rows, with its sample standard deviation
 
-    class FirstDrawUnderflows:
-        def __init__(self, rng):
-            self.rng, self.calls = rng, 0
+    class FirstDrawUnderflows(np.random.Generator):  # default_rng(seed)'s stream otherwise
+        def __init__(self, seed):
+            super().__init__(np.random.PCG64(seed))
+            self.calls = 0
 
-        def gamma(self, shape, size):
+        def gamma(self, shape, size=None):
             self.calls += 1
-            return np.zeros(size) if self.calls == 1 else self.rng.gamma(shape, size=size)
-
-        def random(self, size):
-            return self.rng.random(size)
+            return np.zeros(size) if self.calls == 1 else super().gamma(shape, size=size)
 
     a = 0.5
-    x0 = synthetic.dirichlet(FirstDrawUnderflows(np.random.default_rng(1)), 10, a, size=20000)[:, 0]
+    x0 = synthetic.dirichlet(FirstDrawUnderflows(1), 10, a, size=20000)[:, 0]
     sq = x0 ** 2
     from scipy import stats as st
     z = (sq.mean() - (0.09 / (10 * a + 1) + 0.01)) / (sq.std(ddof=1) / np.sqrt(sq.size))
@@ -121,6 +119,18 @@ def test_rows_that_do_not_underflow_keep_their_seeded_draws():
     (lambda: synthetic.dirichlet(np.random.default_rng(0), 4, np.inf), "concentration must be finite"),
     (lambda: synthetic.dirichlet(np.random.default_rng(0), 4, 0.0), "concentration must be finite and > 0"),
     (lambda: synthetic.sparse_topk(np.random.default_rng(0), 5, 2.5), "k must be an integer"),
+    (lambda: synthetic.dirichlet(0, 4), "rng must be a numpy.random.Generator"),
+    (lambda: synthetic.dirichlet(np.random.default_rng(0), 4, size=-1), "size must be an integer >= 0"),
+    (lambda: synthetic.dirichlet(np.random.default_rng(0), 4, size=(2, 1.5)), "size must be an integer"),
+    (lambda: synthetic.zipf(5, rng=3), "rng must be a numpy.random.Generator"),
+    *[(lambda kw=kw: synthetic.zipfian_lm(np.random.default_rng(0), 64, **kw), message)
+      for kw, message in [({"context_noise": float("nan")}, "context_noise must be finite"),
+                          ({"drafter_noise": -1.0}, "drafter_noise must be finite and >= 0"),
+                          ({"topic_strength": np.inf}, "topic_strength must be finite"),
+                          ({"contexts": 0}, "contexts must be an integer >= 1"),
+                          ({"calibration": -1}, "calibration must be an integer >= 1"),
+                          ({"topics": 2.5}, "topics must be an integer >= 1"),
+                          ({"topic_size": 65}, "topic_size <= n = 64")]],
 ])
 def test_bad_family_parameters_are_named(call, message):
     with pytest.raises(rt.InputError, match=message):
@@ -131,3 +141,23 @@ def test_adversarial_pairs_share_no_arrays():
     pairs = synthetic.adversarial_pairs(4)
     arrays = [a for pq in pairs.values() for a in pq]
     assert not any(np.shares_memory(x, y) for i, x in enumerate(arrays) for y in arrays[i + 1:])
+
+
+@pytest.mark.parametrize("n, concentration", [(1, 2.3e-308), (2, 2.3e-308), (4, 1e-310), (6, 1e-320)])
+def test_tiny_concentrations_never_give_nan_rows(n, concentration):
+    """The underflow fallback divides log U by the concentration: a whole row of -inf came out
+    NaN (20 rows in 100,000 at n = 2, a = 2.3e-308, and a third of rows at n = 1, where the
+    only law is [1]). Each row is a law; at these concentrations, a point mass."""
+    d = synthetic.dirichlet(np.random.default_rng(0), n, concentration, size=20_000)
+    assert not np.isnan(d).any()
+    assert np.allclose(d.sum(-1), 1.0, rtol=0, atol=1e-12) and (d.max(-1) == 1.0).all()
+    s = synthetic.sparse_topk(np.random.default_rng(0), 6, 3, size=200, concentration=1e-310)
+    assert not np.isnan(s).any() and ((s > 0).sum(-1) == 3).all()
+
+
+def test_huge_concentrations_give_laws_not_zero_rows():
+    """Gamma draws near 1e306 overflowed the row sum to inf and every entry to 0; the law at
+    such a concentration is uniform to within its draws' spread."""
+    d = synthetic.dirichlet(np.random.default_rng(0), 1000, 1e306, size=3)
+    assert np.allclose(d.sum(-1), 1.0, rtol=0, atol=1e-12)
+    assert np.allclose(d, 1e-3, rtol=1e-6, atol=0)
