@@ -23,8 +23,11 @@ from typing import Iterable, Sequence
 BYTE_LEVEL_SPACE = "\u0120"  # 'Ġ'
 SENTENCEPIECE_SPACE = "\u2581"  # '▁'
 KNOWN_SPACE_MARKERS = (BYTE_LEVEL_SPACE, SENTENCEPIECE_SPACE)
-#: Prefix of special tokens' canonical strings: no text token starts with NUL + this tag.
-SPECIAL_PREFIX = "\x00special\x00"
+#: Prefix of special tokens' canonical strings. A lone high surrogate: no text key can hold
+#: one (token strings with lone surrogates are refused, and bytes come back through
+#: surrogateescape as U+DC80..U+DCFF only), while NUL + a tag could be spelled by byte-level
+#: text ('Ā' is byte 0) and matched a special token.
+SPECIAL_PREFIX = "\ud800special\ud800"
 _SP_BYTE = re.compile(r"<0x([0-9A-Fa-f]{2})>")
 
 

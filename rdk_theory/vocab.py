@@ -14,6 +14,7 @@ Builders:
 """
 from __future__ import annotations
 
+import numbers
 from dataclasses import dataclass
 from functools import cached_property
 from typing import Mapping, Sequence
@@ -131,7 +132,14 @@ class VocabMap:
     @classmethod
     def from_kept_ids(cls, kept_ids: Sequence[int], n_target: int) -> "VocabMap":
         """A pruned drafter whose token ``j`` is target token ``kept_ids[j]``."""
-        kept = np.asarray(host(kept_ids))
+        if isinstance(kept_ids, (set, frozenset, Mapping)):
+            raise InputError(f"kept_ids must be ordered (a list or array: drafter token j is "
+                             f"kept_ids[j]), got a {type(kept_ids).__name__}")
+        try:
+            kept = np.asarray(host(kept_ids))
+        except ValueError:  # ragged
+            raise InputError("kept_ids must be a non-empty 1-D list of ids, got a ragged "
+                             "nested list") from None
         if kept.ndim != 1 or kept.size == 0:
             raise InputError(f"kept_ids must be a non-empty 1-D list of ids, got shape {kept.shape}")
         if kept.dtype.kind not in "iuf":
@@ -167,7 +175,7 @@ class VocabMap:
             across families;
           * ``"none"``: strings compared as given.
 
-        ``draft_special_ids`` / ``target_special_ids`` (ids in range, checked): in every mode
+        ``draft_special_ids`` / ``target_special_ids`` (ids in range, checked; None for none): in every mode
         a special token matches only a special token with the same string, never a text
         token that happens to be spelled like it.
 
@@ -179,10 +187,14 @@ class VocabMap:
         ``None`` string (a hole in a tokenizer's id table) matches nothing. Any map keeps TLI
         lossless; a better map only raises acceptance.
         """
-        if len(draft_tokens) == 0 or len(target_tokens) == 0:
-            raise InputError("token lists must be non-empty")
         draft_tokens = _strings(draft_tokens, "draft_tokens")
         target_tokens = _strings(target_tokens, "target_tokens")
+        if len(draft_tokens) == 0 or len(target_tokens) == 0:
+            raise InputError("token lists must be non-empty")
+        if normalise != "marker" and (draft_space_marker, target_space_marker) != (None, None):
+            raise InputError(f"draft_space_marker / target_space_marker apply to "
+                             f"normalise='marker' only, not {normalise!r} (which would ignore "
+                             "them)")
         draft_special_ids = _ids_in_range(draft_special_ids, len(draft_tokens),
                                           "draft_special_ids")
         target_special_ids = _ids_in_range(target_special_ids, len(target_tokens),
@@ -212,9 +224,15 @@ class VocabMap:
 def _ids_in_range(ids, n: int, name: str) -> list[int]:
     """``ids`` (any iterable of ints, an array or a tensor) as a list of ints in ``[0, n)``;
     anything else is an :class:`InputError`."""
+    if ids is None:
+        return []
     ids = host(ids)
     if not isinstance(ids, np.ndarray):
-        ids = list(ids)  # sets, generators, dict keys: the order does not matter
+        try:
+            ids = list(ids)  # sets, generators, dict keys: the order does not matter
+        except TypeError:
+            raise InputError(f"{name} must be a collection of integer ids (or None), got "
+                             f"{type(ids).__name__} {ids!r}") from None
     try:
         arr = np.asarray(ids)
     except ValueError:  # ragged
@@ -330,18 +348,22 @@ def keep_most_frequent(token_counts, k: int) -> np.ndarray:
         raw = np.asarray(host(token_counts, "token_counts"))
     except (ValueError, TypeError):  # ragged: as_real_array names the problem
         raw = None
-    # integer counts are ranked as integers: float64 would tie counts above 2^53
-    integer = raw is not None and raw.dtype.kind in "iu"
+    # integer counts are ranked as integers: float64 would tie counts above 2^53 (Python ints
+    # beyond int64 come as an object array, and are ranked as Python ints)
+    integer = raw is not None and (raw.dtype.kind in "iu" or (
+        raw.dtype == object and raw.size > 0 and all(
+            isinstance(c, numbers.Integral) and not isinstance(c, (bool, np.bool_))
+            for c in raw.ravel())))
     counts = raw if integer else as_real_array(token_counts if raw is None else raw,
                                                "token_counts")
     if counts.ndim != 1 or counts.size == 0:
         raise InputError(f"token_counts must be a non-empty 1-D vector, got shape {counts.shape}")
-    if np.any(counts < 0) or not np.all(np.isfinite(counts)):
+    if np.any(counts < 0) or not (integer or np.all(np.isfinite(counts))):
         raise InputError("token_counts must be finite and non-negative")
     k = as_count(k, "k", 1)
     if k > counts.size:
         raise InputError(f"k must be in [1, {counts.size}], got {k}")
-    # ascending key = descending count; max - c is exact for integers of any width
-    key = (counts.max() - counts) if counts.dtype.kind in "iu" else -counts
-    order = np.lexsort((np.arange(counts.size), key))
-    return np.sort(order[:k])
+    # ascending key = descending count (max - c is exact for integers of any width); a
+    # stable sort puts the lower id first among ties
+    key = (counts.max() - counts) if integer else -counts
+    return np.sort(np.argsort(key, kind="stable")[:k])

@@ -97,6 +97,54 @@ def test_special_ids_out_of_range_or_not_integers_are_refused(kw, message):
                                            **kw)
 
 
+@pytest.mark.parametrize("ids, message", [
+    (0, "draft_special_ids must be a collection of integer ids"),  # a scalar: TypeError before
+    (1.5, "draft_special_ids must be a collection of integer ids"),
+])
+def test_special_ids_that_are_not_a_collection_are_named(ids, message):
+    with pytest.raises(rt.InputError, match=message):
+        rt.VocabMap.from_token_strings(["a"], ["a"], draft_special_ids=ids)
+
+
+def test_special_ids_none_means_none_and_token_lists_may_be_iterators():
+    """None was a TypeError ('NoneType' object is not iterable), a generator of tokens one
+    too ('no len()')."""
+    vm = rt.VocabMap.from_token_strings(iter(["Ġa", "b"]), (t for t in ["▁a", "c"]),
+                                        draft_special_ids=None, target_special_ids=None)
+    assert list(vm.draft_to_target) == [0, -1]
+    with pytest.raises(rt.InputError, match="non-empty"):
+        rt.VocabMap.from_token_strings(iter([]), ["a"])
+
+
+@pytest.mark.parametrize("normalise", ["bytes", "none"])
+def test_space_markers_outside_marker_mode_are_refused_not_ignored(normalise):
+    with pytest.raises(rt.InputError, match="apply to normalise='marker' only"):
+        rt.VocabMap.from_token_strings(["Xa"], ["▁a"], normalise=normalise, draft_space_marker="X")
+    vm = rt.VocabMap.from_token_strings(["Xa"], ["▁a"], normalise="marker", draft_space_marker="X")
+    assert list(vm.draft_to_target) == [0]
+
+
+def test_a_byte_level_text_token_never_matches_a_special_token():
+    """'Ā' is byte 0 in the byte-level table, so a text token could spell the old NUL-tagged
+    prefix of special keys and matched the target's special '<s>'."""
+    draft = ["Ġthe", "ĀspecialĀ<s>"]
+    target = ["<s>", "▁the"]
+    vm = rt.VocabMap.from_token_strings(draft, target, target_special_ids=[0])
+    assert list(vm.draft_to_target) == [1, -1]
+    vm = rt.VocabMap.from_token_strings(["\x00special\x00<s>"], ["<s>"], target_special_ids=[0],
+                                        normalise="none")
+    assert list(vm.draft_to_target) == [-1]
+
+
+@pytest.mark.parametrize("kept, message", [
+    ({3, 1}, "kept_ids must be ordered"),
+    ([[0, 1], [2]], "kept_ids must be a non-empty 1-D list of ids, got a ragged"),
+])
+def test_kept_ids_that_are_unordered_or_ragged_are_named(kept, message):
+    with pytest.raises(rt.InputError, match=message):
+        rt.VocabMap.from_kept_ids(kept, 4)
+
+
 @pytest.mark.parametrize("ids", [{0}, frozenset({0}), np.array([0]), range(1), [0],
                                  {0: "<s>"}.keys(), (i for i in [0]), "torch"])
 def test_special_ids_may_be_any_iterable_of_ints(ids):
@@ -172,6 +220,11 @@ def test_keep_most_frequent_ranks_integer_counts_exactly():
     big = np.array([2**64 - 2, 2**64 - 1, 5], dtype=np.uint64)
     assert rt.keep_most_frequent(big, 1).tolist() == [1]
     assert rt.keep_most_frequent([3, 1, 3, 2], 2).tolist() == [0, 2]  # ties: lower id
+    # Python ints beyond int64 (an object array): went through float64 and tied too
+    assert rt.keep_most_frequent([2**70, 2**70 + 1, 7], 1).tolist() == [1]
+    assert rt.keep_most_frequent([2**70, 2**70, 7], 1).tolist() == [0]
+    with pytest.raises(rt.InputError, match="non-negative"):
+        rt.keep_most_frequent([2**70, -1], 1)
     with pytest.raises(rt.InputError):  # ragged: still a named error, not numpy's ValueError
         rt.keep_most_frequent([[1, 2], [3]], 1)
 
