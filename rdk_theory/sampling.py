@@ -115,10 +115,10 @@ def _one_context(target_probs, proposal, caller):
     return target_probs, proposal
 
 
-def _check_numpy_rng(rng) -> None:
+def _check_numpy_rng(rng, who: str = "numpy arrays need") -> None:
     """numpy draws need a ``numpy.random.Generator``."""
     if not isinstance(rng, np.random.Generator):
-        raise InputError(f"numpy arrays need a numpy.random.Generator (np.random.default_rng"
+        raise InputError(f"{who} a numpy.random.Generator (np.random.default_rng"
                          f"(seed)), got {type(rng).__name__}")
 
 
@@ -149,7 +149,7 @@ def _sample_steps_torch(p, r, n, generator):
 
     dev = p.device
     _check_generator(generator, dev)
-    p, r = _normalised(p.double(), r.double())
+    p, r = _normalised(p.detach().double(), r.detach().double())  # no autograd graph, no warning
     mass = float(r.sum())
     rand = lambda k: torch.rand(k, generator=generator, device=dev, dtype=torch.float64)  # noqa: E731
     drafted = rand(n) < mass
@@ -188,7 +188,9 @@ def verify_draft(target_probs, proposal, draft: int, rng, *, check: bool = True)
     drafting loops (speculative generation) where the draft is drawn outside the step.
     ``draft = -1`` is a drafter token the target lacks (a sub-stochastic ``r`` leaves mass
     ``1 - r(T)`` for those): always rejected, so the residual is drawn. ``check`` validates
-    ``p``, ``r`` and ``draft`` (ids outside ``[-1, N_T)`` raise InputError).
+    ``p``, ``r`` and ``draft`` (ids outside ``[-1, N_T)`` raise InputError). ``p`` and ``r``
+    may be tensors on any device: the step runs on the host, so ``rng`` is always a
+    ``numpy.random.Generator``.
     """
     if check:  # on the inputs as given: a half-precision tensor keeps its dtype's tolerance
         target_probs, proposal = _one_context(target_probs, proposal, "verify_draft")
@@ -199,7 +201,7 @@ def verify_draft(target_probs, proposal, draft: int, rng, *, check: bool = True)
                              "tokens (-1: a drafter token the target lacks)")
     p = np.asarray(host(target_probs, "target_probs"), dtype=np.float64)
     r = np.asarray(host(proposal, "proposal"), dtype=np.float64)
-    _check_numpy_rng(rng)
+    _check_numpy_rng(rng, "verify_draft draws on the host (tensors are copied there): it needs")
     p, r = _normalised(p, r)
     if draft >= 0 and rng.random() * r[draft] < p[draft]:
         return int(draft), True
@@ -241,14 +243,39 @@ def sample_counts(target_probs, proposal, n: int, rng, *, chunk: int = COUNT_CHU
         tokens, ok = sample_steps(target_probs, proposal, size, rng)  # checks its inputs
         if counts is None:
             counts = np.zeros(np.shape(target_probs)[-1], dtype=np.int64)
-        counts += emitted_counts(tokens, counts.size)
+        counts += _bincount(tokens, counts.size)
         accepted += int(ok.sum())
     return counts, accepted
 
 
 def emitted_counts(tokens, n_target: int) -> np.ndarray:
     """How often each target id was emitted, (N_T,) int64 on the host (a tensor's tokens are
-    counted on their device: N_T integers cross, not the tokens)."""
+    counted on their device: N_T integers cross, not the tokens). ``tokens``: a 1-D array or
+    tensor of integer ids in ``[0, n_target)``; anything else is an InputError (an id beyond
+    the target lengthened the counts, a negative one was numpy's ValueError)."""
+    n_target = as_count(n_target, "n_target", 1)
+    if B.is_torch(tokens):
+        import torch
+
+        integer = not (tokens.is_floating_point() or tokens.is_complex() or tokens.dtype == torch.bool)
+        size = tokens.numel()
+    else:
+        tokens = np.asarray(tokens)
+        if tokens.size == 0:  # [] comes as float64
+            tokens = tokens.astype(np.int64)
+        integer, size = tokens.dtype.kind in "iu", tokens.size
+    if tokens.ndim != 1 or not integer:
+        raise InputError(f"tokens must be a 1-D list of integer target ids, got {tokens.dtype} "
+                         f"of shape {tuple(tokens.shape)}")
+    if size:
+        lo, hi = int(tokens.min()), int(tokens.max())  # one sync for a tensor
+        if lo < 0 or hi >= n_target:
+            raise InputError(f"tokens holds {lo if lo < 0 else hi}, outside the {n_target} "
+                             f"target ids (0..{n_target - 1})")
+    return _bincount(tokens, n_target)
+
+
+def _bincount(tokens, n_target: int) -> np.ndarray:
     if B.is_torch(tokens):
         import torch
 

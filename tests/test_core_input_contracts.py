@@ -254,3 +254,36 @@ def test_exact_covariance_kernel_takes_fraction_calibration_rows_as_the_others_d
                               rt.CovarianceSoftmaxKernel(floats, tau).transport(q))
         assert np.array_equal(rt.covariance_softmax_kernel(exact, tau).matrix,
                               rt.covariance_softmax_kernel(floats, tau).matrix)
+
+
+@pytest.mark.parametrize("tokens, match", [
+    ([0, 3], "tokens holds 3, outside the 3 target ids"),  # lengthened the counts to 4
+    ([-1, 0], "tokens holds -1, outside"),  # numpy's ValueError
+    ([[0, 1]], "1-D list of integer target ids"),
+    ([0.0, 1.0], "1-D list of integer target ids"),
+    (torch.tensor([0, 3]), "tokens holds 3"),
+    (torch.tensor([0.0]), "1-D list of integer target ids"),
+])
+def test_emitted_counts_refuses_ids_outside_the_target(tokens, match):
+    with pytest.raises(rt.InputError, match=match):
+        rt.emitted_counts(tokens, 3)
+    assert rt.emitted_counts([], 3).tolist() == [0, 0, 0]
+    assert rt.emitted_counts(torch.tensor([2, 2, 0]), 3).tolist() == [1, 0, 2]
+
+
+def test_verify_draft_says_its_generator_is_numpy_even_for_tensors():
+    p = torch.tensor([0.5, 0.5], dtype=torch.float64)
+    with pytest.raises(rt.InputError, match="verify_draft draws on the host .* numpy.random.Generator"):
+        rt.verify_draft(p, p, 0, torch.Generator())
+    assert rt.verify_draft(p, p, 0, np.random.default_rng(0)) == (0, True)
+
+
+def test_sampling_a_tensor_that_requires_grad_draws_no_autograd_warning():
+    import warnings
+
+    p = torch.tensor([0.5, 0.5], dtype=torch.float64, requires_grad=True)
+    r = torch.tensor([0.3, 0.7], dtype=torch.float64, requires_grad=True)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        tokens, _ = rt.sample_steps(p, r, 100, torch.Generator().manual_seed(0))
+    assert not tokens.requires_grad
