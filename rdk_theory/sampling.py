@@ -12,7 +12,8 @@ from __future__ import annotations
 import numpy as np
 
 from . import _backend as B
-from .validation import NEG_ATOL, InputError, as_count, as_prob_array, host, same_backend
+from .validation import (NEG_ATOL, InputError, as_count, as_prob_array, check_numpy_rng, host,
+                         same_backend)
 
 
 class InverseCdf:
@@ -83,7 +84,7 @@ def sample_steps(target_probs, proposal, n: int, rng, *, check: bool = True):
         target_probs, proposal = same_backend(target_probs, proposal, ("target_probs", "proposal"))
     if B.is_torch(target_probs):
         return _sample_steps_torch(target_probs, proposal, n, rng)
-    _check_numpy_rng(rng)
+    check_numpy_rng(rng)
     p, r = _normalised(np.asarray(target_probs, dtype=np.float64), np.asarray(proposal, dtype=np.float64))
     mass = float(r.sum())
     drafted = rng.random(n) < mass
@@ -113,13 +114,6 @@ def _one_context(target_probs, proposal, caller):
             f"(N_T,), got {tuple(target_probs.shape)} and {tuple(proposal.shape)}"
         )
     return target_probs, proposal
-
-
-def _check_numpy_rng(rng, who: str = "numpy arrays need") -> None:
-    """numpy draws need a ``numpy.random.Generator``."""
-    if not isinstance(rng, np.random.Generator):
-        raise InputError(f"{who} a numpy.random.Generator (np.random.default_rng"
-                         f"(seed)), got {type(rng).__name__}")
 
 
 def _normalised(p, r):
@@ -176,7 +170,7 @@ def draw(weights, rng) -> int:
     sampler = InverseCdf(weights)  # checks the shape, finiteness and sign
     if not sampler.total > 0:
         raise InputError(f"weights must have a positive sum, got {sampler.total:.3g}")
-    _check_numpy_rng(rng)
+    check_numpy_rng(rng)
     return int(sampler(rng.random(1))[0])
 
 
@@ -201,7 +195,7 @@ def verify_draft(target_probs, proposal, draft: int, rng, *, check: bool = True)
                              "tokens (-1: a drafter token the target lacks)")
     p = np.asarray(host(target_probs, "target_probs"), dtype=np.float64)
     r = np.asarray(host(proposal, "proposal"), dtype=np.float64)
-    _check_numpy_rng(rng, "verify_draft draws on the host (tensors are copied there): it needs")
+    check_numpy_rng(rng, "verify_draft draws on the host (tensors are copied there): it needs")
     p, r = _normalised(p, r)
     if draft >= 0 and rng.random() * r[draft] < p[draft]:
         return int(draft), True
@@ -260,15 +254,16 @@ def emitted_counts(tokens, n_target: int) -> np.ndarray:
         integer = not (tokens.is_floating_point() or tokens.is_complex() or tokens.dtype == torch.bool)
         size = tokens.numel()
     else:
+        listed = not isinstance(tokens, np.ndarray)
         tokens = np.asarray(tokens)
-        if tokens.size == 0:  # [] comes as float64
+        if listed and tokens.size == 0:  # [] comes as float64
             tokens = tokens.astype(np.int64)
         integer, size = tokens.dtype.kind in "iu", tokens.size
     if tokens.ndim != 1 or not integer:
         raise InputError(f"tokens must be a 1-D list of integer target ids, got {tokens.dtype} "
                          f"of shape {tuple(tokens.shape)}")
     if size:
-        lo, hi = int(tokens.min()), int(tokens.max())  # one sync for a tensor
+        lo, hi = (int(x) for x in (tokens.min(), tokens.max()))
         if lo < 0 or hi >= n_target:
             raise InputError(f"tokens holds {lo if lo < 0 else hi}, outside the {n_target} "
                              f"target ids (0..{n_target - 1})")

@@ -17,7 +17,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from ._backend import softmax
-from .validation import InputError, as_count
+from .validation import InputError, as_count, check_numpy_rng
 
 
 def _check_n(n):
@@ -47,16 +47,14 @@ def _check_positive(x, name: str, *, zero_ok: bool = False) -> float:
     return value
 
 
-def _check_rng(rng):
-    if not isinstance(rng, np.random.Generator):
-        raise InputError("rng must be a numpy.random.Generator (np.random.default_rng(seed)), "
-                         f"got {type(rng).__name__}")
-    return rng
+def _check_rng(rng) -> None:
+    check_numpy_rng(rng, "synthetic draws need")
 
 
 def _check_size(size) -> tuple:
-    """``size`` (an int or a tuple of them, each >= 0) as a shape tuple, or InputError."""
-    if isinstance(size, (tuple, list)):
+    """``size`` (an int, or a tuple, list or 1-D array of them, each >= 0) as a shape tuple,
+    or InputError."""
+    if isinstance(size, (tuple, list)) or (isinstance(size, np.ndarray) and size.ndim == 1):
         return tuple(as_count(s, "size", 0) for s in size)
     return (as_count(size, "size", 0),)
 
@@ -83,10 +81,10 @@ def dirichlet(rng, n: int, concentration: float = 1.0, size: int | tuple = ()) -
         # row maximum first (softmax ignores a row constant): unshifted, a whole row could
         # overflow to -inf and come out NaN.
         m = int(under.sum())
-        log_u = np.log(rng.random((m, n)))
+        log_g1 = np.log(rng.gamma(concentration + 1, size=(m, n)))  # drawn first, as always:
+        log_u = np.log(rng.random((m, n)))  # seeded results stay as they were
         with np.errstate(over="ignore"):  # -inf below a row's maximum: exp gives an exact 0
-            log_g = (np.log(rng.gamma(concentration + 1, size=(m, n)))
-                     + (log_u - log_u.max(axis=-1, keepdims=True)) / concentration)
+            log_g = log_g1 + (log_u - log_u.max(axis=-1, keepdims=True)) / concentration
         out[under] = softmax(log_g)
     return out
 

@@ -167,6 +167,13 @@ def as_count(value, name: str, lo: int = 0) -> int:
     return out
 
 
+def check_numpy_rng(rng, who: str = "numpy arrays need") -> None:
+    """InputError unless ``rng`` is a ``numpy.random.Generator`` (``who`` opens the message)."""
+    if not isinstance(rng, np.random.Generator):
+        raise InputError(f"{who} a numpy.random.Generator (np.random.default_rng(seed)), "
+                         f"got {type(rng).__name__}")
+
+
 def int_at_least(lo: int):
     """An argparse ``type``: an integer >= ``lo``; anything else is a one-line usage error
     (``error: ...``, exit status 2) before the command starts."""
