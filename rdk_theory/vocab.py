@@ -155,8 +155,8 @@ class VocabMap:
         target_tokens: Sequence[str],
         *,
         normalise: str = "bytes",
-        draft_special_ids: Sequence[int] = (),
-        target_special_ids: Sequence[int] = (),
+        draft_special_ids: Sequence[int] | None = (),
+        target_special_ids: Sequence[int] | None = (),
         draft_space_marker: str | None = None,
         target_space_marker: str | None = None,
     ) -> "VocabMap":
@@ -169,15 +169,16 @@ class VocabMap:
             tokenizer family (:mod:`rdk_theory.tokens`), special tokens matching only special
             tokens; this also normalises the word-start marker;
           * ``"marker"``: only the drafter's word-start marker rewritten to the target's
-            (``Ġ`` <-> ``▁``, detected when not given), every occurrence of it, where
+            (``Ġ`` <-> ``▁``, detected unless ``draft_space_marker`` / ``target_space_marker``
+            give them: only this mode takes those), every occurrence of it, where
             transformers' universal assisted generation rewrites only a leading one (so
             ``ĠĠ`` matches ``▁▁`` here, not there); it misses newline/tab/non-ASCII tokens
             across families;
           * ``"none"``: strings compared as given.
 
-        ``draft_special_ids`` / ``target_special_ids`` (ids in range, checked; None for none): in every mode
-        a special token matches only a special token with the same string, never a text
-        token that happens to be spelled like it.
+        ``draft_special_ids`` / ``target_special_ids`` (ids in range, checked; None for none):
+        in every mode a special token matches only a special token with the same string,
+        never a text token that happens to be spelled like it.
 
         Tokens with equal keys (the strings compared) pair up in order: the drafter's first
         such token takes the target's first, the second the second, and drafter tokens left
@@ -195,6 +196,10 @@ class VocabMap:
             raise InputError(f"draft_space_marker / target_space_marker apply to "
                              f"normalise='marker' only, not {normalise!r} (which would ignore "
                              "them)")
+        for name, marker in (("draft_space_marker", draft_space_marker),
+                             ("target_space_marker", target_space_marker)):
+            if marker is not None:  # text, as the tokens are (a surrogate could spell a key)
+                _strings([marker], name)
         draft_special_ids = _ids_in_range(draft_special_ids, len(draft_tokens),
                                           "draft_special_ids")
         target_special_ids = _ids_in_range(target_special_ids, len(target_tokens),
@@ -348,12 +353,18 @@ def keep_most_frequent(token_counts, k: int) -> np.ndarray:
         raw = np.asarray(host(token_counts, "token_counts"))
     except (ValueError, TypeError):  # ragged: as_real_array names the problem
         raw = None
-    # integer counts are ranked as integers: float64 would tie counts above 2^53 (Python ints
-    # beyond int64 come as an object array, and are ranked as Python ints)
-    integer = raw is not None and (raw.dtype.kind in "iu" or (
-        raw.dtype == object and raw.size > 0 and all(
-            isinstance(c, numbers.Integral) and not isinstance(c, (bool, np.bool_))
-            for c in raw.ravel())))
+    # integer counts are ranked as integers: float64 would tie counts above 2^53
+    integer = raw is not None and raw.dtype.kind in "iu"
+    if raw is not None and not integer and raw.dtype.kind in "fO" and raw.ndim == 1:
+        # Python ints numpy could not hold as one integer type (beyond int64, or mixed with
+        # numpy integers: an object or float64 array) are ranked as Python ints
+        items = token_counts if isinstance(token_counts, (list, tuple)) else raw
+        if raw.dtype == object or isinstance(token_counts, (list, tuple)):
+            integer = len(items) > 0 and all(
+                isinstance(c, numbers.Integral) and not isinstance(c, (bool, np.bool_))
+                for c in items)
+            if integer:
+                raw = np.array([int(c) for c in items], dtype=object)
     counts = raw if integer else as_real_array(token_counts if raw is None else raw,
                                                "token_counts")
     if counts.ndim != 1 or counts.size == 0:

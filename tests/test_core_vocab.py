@@ -122,6 +122,11 @@ def test_space_markers_outside_marker_mode_are_refused_not_ignored(normalise):
         rt.VocabMap.from_token_strings(["Xa"], ["▁a"], normalise=normalise, draft_space_marker="X")
     vm = rt.VocabMap.from_token_strings(["Xa"], ["▁a"], normalise="marker", draft_space_marker="X")
     assert list(vm.draft_to_target) == [0]
+    # a marker is text like the tokens: a lone surrogate could spell a special token's key
+    with pytest.raises(rt.InputError, match="target_space_marker.* is not valid text"):
+        rt.VocabMap.from_token_strings(["XspecialX<s>"], ["<s>"], target_special_ids=[0],
+                                       normalise="marker", draft_space_marker="X",
+                                       target_space_marker="\ud800")
 
 
 def test_a_byte_level_text_token_never_matches_a_special_token():
@@ -223,6 +228,9 @@ def test_keep_most_frequent_ranks_integer_counts_exactly():
     # Python ints beyond int64 (an object array): went through float64 and tied too
     assert rt.keep_most_frequent([2**70, 2**70 + 1, 7], 1).tolist() == [1]
     assert rt.keep_most_frequent([2**70, 2**70, 7], 1).tolist() == [0]
+    assert rt.keep_most_frequent([2**63, 2**63 + 1, 1], 1).tolist() == [1]  # a float64 list
+    assert rt.keep_most_frequent([2**70, np.int64(3)], 1).tolist() == [0]  # mixed: no overflow
+    assert rt.keep_most_frequent([np.uint64(5), 2**70], 1).tolist() == [1]
     with pytest.raises(rt.InputError, match="non-negative"):
         rt.keep_most_frequent([2**70, -1], 1)
     with pytest.raises(rt.InputError):  # ragged: still a named error, not numpy's ValueError
