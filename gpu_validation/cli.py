@@ -70,8 +70,7 @@ def register_models(sub) -> None:
         help="after fetching, load once to write the bf16 cache (skipped when it is there)")
 
     def no_action(args):
-        raise InputError("rdk-theory models: an action is required, list or fetch "
-                         "(see 'rdk-theory models --help')")
+        raise InputError(f"{p.prog}: an action is required, list or fetch (see '{p.prog} --help')")
 
     p.set_defaults(func=no_action)
 
@@ -83,6 +82,8 @@ def cmd_models(args) -> int:
     names = args.names or ([] if listing else [DEFAULT_TARGET, DEFAULT_DRAFTER])
     if names == ["all"]:
         names = list(REGISTRY)
+    elif "all" in names:
+        raise InputError("'all' names every model: give it alone, not with other names")
     for n in names:
         if n not in REGISTRY:
             raise InputError(f"unknown model {n!r}; choose from {', '.join(REGISTRY)} or 'all'")

@@ -345,6 +345,8 @@ def check_spec(spec: str, *, fetch_missing: bool = False) -> None:
     folder when there is one) is left to transformers, which tries it as a folder, then as a
     hub id.
     """
+    if not spec:
+        raise ModelError("an empty model name: give a built-in name, a hub id or a path")
     if spec.startswith("truncated:"):
         return check_spec(parse_truncated(spec)[1], fetch_missing=fetch_missing)
     builtin = get_builtin(spec)
@@ -367,6 +369,8 @@ def parse_truncated(spec: str) -> tuple[int, str]:
         raise ModelError(f"expected 'truncated:LAYERS:MODEL', got {spec!r}") from None
     if n_layers < 1:
         raise ModelError(f"{spec}: a truncated model keeps at least 1 layer, not {n_layers}")
+    if not base:
+        raise ModelError(f"{spec}: names no model after the layer count")
     return n_layers, base
 
 

@@ -138,6 +138,11 @@ def test_cli_models_list_and_bad_input(tmp_path, monkeypatch, capsys):
         assert "error: unknown model 'gpt-17'" in capsys.readouterr().err
     assert main(["models"]) == 2
     assert capsys.readouterr().err.startswith("error: rdk-theory models: an action is required")
+    assert main(["models", "list", "all", "smollm2-135m"]) == 2  # said "unknown model 'all'"
+    assert "error: 'all' names every model: give it alone" in capsys.readouterr().err
+    from gpu_validation.__main__ import main as module_main
+    assert module_main(["models"]) == 2  # the message names the program that ran
+    assert capsys.readouterr().err.startswith("error: python -m gpu_validation models: an action")
     assert main(["validate", "--kept", "4096,abc"]) == 2
     assert "--kept" in capsys.readouterr().err
     # a kept size beyond the built-in drafter's vocabulary: refused before any model loads

@@ -112,6 +112,7 @@ def test_a_missing_local_model_is_refused_before_any_model_loads(tmp_path, capsy
     ("truncated:0:smollm2-135m", "truncated:0:smollm2-135m: a truncated model keeps at least 1 "
                                  "layer, not 0"),
     ("truncated:2:./nope.gguf", "the local .gguf file ./nope.gguf does not exist"),
+    ("truncated:2:", "truncated:2:: names no model after the layer count"),
 ])
 def test_a_bad_truncated_drafter_is_refused_before_the_target_loads(tmp_path, capsys,
                                                                     monkeypatch, loaded, spec,
