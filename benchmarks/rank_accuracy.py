@@ -10,7 +10,7 @@ to min(S, N) reproduces the full factor to round-off (tested). With numba instal
 shows the other way to cut the cost, the full factor with float32 storage and float32 products
 (``engine="blas"``, ``factor_dtype="float32"``): the same kernel up to float32 round-off.
 
-    .venv/bin/python benchmarks/rank_accuracy.py                 # seconds; the first run compiles numba code, ~45 s
+    .venv/bin/python benchmarks/rank_accuracy.py     # 3 s; the first run compiles numba, ~45 s
     .venv/bin/python benchmarks/rank_accuracy.py --tau 1e-5 --keep 0.1 --json out.json
 """
 from __future__ import annotations

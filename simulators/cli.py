@@ -451,7 +451,8 @@ def register(subparsers) -> None:
     b.add_argument("--pair", choices=TOY_PAIRS + ("all",), default="all",
                    help="toy pair: same vocabulary, pruned drafter, or heterogeneous tokenizers (default all)")
     b.add_argument("--sampler", choices=SAMPLERS + ("all",), default="all", help="sampler (default all)")
-    b.add_argument("--gamma", type=_count, default=3, help="draft length, 0..6 (default 3; exact enumeration is exponential in it)")
+    b.add_argument("--gamma", type=_count, default=3,
+                   help="draft length, 0..6 (default 3; exact enumeration is exponential in it)")
     b.add_argument("--seed", type=_count, default=0,
                    help="seed of the toy models and the Monte Carlo (>= 0; default 0)")
     b.add_argument("--mc", type=_mc_count, default=0,
@@ -466,7 +467,8 @@ def register(subparsers) -> None:
                               "--figure speedup.png")
     s.add_argument("--alpha", type=float, nargs="+", default=[0.6, 0.8, 0.9],
                    help="acceptance rates in [0, 1], one curve each (default 0.6 0.8 0.9)")
-    s.add_argument("--c", type=float, default=0.05, help="drafter/target cost ratio, >= 0 (default 0.05)")
+    s.add_argument("--c", type=float, default=0.05,
+                   help="drafter/target cost ratio, >= 0 (default 0.05)")
     s.add_argument("--gamma-max", type=_positive_int, default=16,
                    help="largest gamma searched, 1..512 (default 16)")
     s.add_argument("--mc", type=_mc_count, default=0,
@@ -511,7 +513,8 @@ def register(subparsers) -> None:
                    help="positions of each acceptance trace, >= 2 (default 2000)")
     c.add_argument("--thresholds", type=_unit_float, nargs="*", default=[0.1, 0.2, 0.3, 0.4, 0.5],
                    help="confidence thresholds in [0, 1] (default 0.1 .. 0.5)")
-    c.add_argument("--seed", type=_count, default=0, help="seed of the traces and the Monte Carlo (default 0)")
+    c.add_argument("--seed", type=_count, default=0,
+                   help="seed of the traces and the Monte Carlo (default 0)")
     common(c)
     c.set_defaults(func=cmd_disco)
 
@@ -524,7 +527,8 @@ def register(subparsers) -> None:
     k.add_argument("--k-max", type=_positive_int, default=4, help="most drafts k, 1..5 (default 4)")
     k.add_argument("--trials", type=_positive_int, default=50,
                    help="random pairs for the K-SEQ / LP-optimum ratio (default 50)")
-    k.add_argument("--mc", type=_count, default=0, help="Monte Carlo K-SEQ steps per k (default 0: none)")
+    k.add_argument("--mc", type=_count, default=0,
+                   help="Monte Carlo K-SEQ steps per k (default 0: none)")
     k.add_argument("--seed", type=_count, default=0, help="seed of the random pairs (default 0)")
     common(k, figure=False)
     k.set_defaults(func=cmd_spectr)
