@@ -62,7 +62,7 @@ def register_models(sub) -> None:
     names = f"{', '.join(REGISTRY)} or 'all'"
     for action, what, default in (("list", "list the models and what the cache holds", "all"),
                                   ("fetch", "fetch models into the cache", "the target/drafter pair")):
-        a = actions.add_parser(action, help=what, description=f"rdk-theory models {action}: {what}.")
+        a = actions.add_parser(action, help=what, description=f"{p.prog} {action}: {what}.")
         a.add_argument("names", nargs="*", metavar="NAME", help=f"{names} (default: {default})")
         a.set_defaults(func=cmd_models)
     actions.choices["fetch"].add_argument(
@@ -144,7 +144,8 @@ def add_run_arguments(p) -> None:
                                           "(default: 2K..152K on CPU, 4K..262K on CUDA)")
     p.add_argument("--fetch", action="store_true", help="fetch built-in models that are missing")
     p.add_argument("--seed", type=int_at_least(0), default=0,
-                   help="seed of the sampling steps and the Monte Carlo (default 0)")
+                   help="seed of the verification steps, the generation and the timing inputs "
+                        "(default 0)")
     p.add_argument("--out", default="outputs/validation", help="default %(default)s")
 
 
