@@ -342,6 +342,19 @@ def _no_kept_mass(empty, mass):
                      "or drop that row)")
 
 
+def _python_int_counts(token_counts, raw: np.ndarray) -> np.ndarray | None:
+    """Integer counts that numpy could not hold as one integer type (Python ints beyond int64,
+    or mixed with numpy integers: a float64 or object array) as an object array of Python
+    ints, ranked exactly; None when they are not all integers."""
+    listed = isinstance(token_counts, (list, tuple))
+    if raw.ndim != 1 or raw.size == 0 or not (raw.dtype == object or (listed and raw.dtype.kind == "f")):
+        return None
+    items = token_counts if listed else raw
+    if not all(isinstance(c, numbers.Integral) and not isinstance(c, (bool, np.bool_)) for c in items):
+        return None
+    return np.array([int(c) for c in items], dtype=object)
+
+
 def keep_most_frequent(token_counts, k: int) -> np.ndarray:
     """Ids of the ``k`` most frequent tokens of a count vector (ties: lower id first), sorted.
 
@@ -355,16 +368,10 @@ def keep_most_frequent(token_counts, k: int) -> np.ndarray:
         raw = None
     # integer counts are ranked as integers: float64 would tie counts above 2^53
     integer = raw is not None and raw.dtype.kind in "iu"
-    if raw is not None and not integer and raw.dtype.kind in "fO" and raw.ndim == 1:
-        # Python ints numpy could not hold as one integer type (beyond int64, or mixed with
-        # numpy integers: an object or float64 array) are ranked as Python ints
-        items = token_counts if isinstance(token_counts, (list, tuple)) else raw
-        if raw.dtype == object or isinstance(token_counts, (list, tuple)):
-            integer = len(items) > 0 and all(
-                isinstance(c, numbers.Integral) and not isinstance(c, (bool, np.bool_))
-                for c in items)
-            if integer:
-                raw = np.array([int(c) for c in items], dtype=object)
+    if raw is not None and not integer:
+        exact = _python_int_counts(token_counts, raw)
+        if exact is not None:
+            raw, integer = exact, True
     counts = raw if integer else as_real_array(token_counts if raw is None else raw,
                                                "token_counts")
     if counts.ndim != 1 or counts.size == 0:
