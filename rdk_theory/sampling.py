@@ -248,11 +248,15 @@ def emitted_counts(tokens, n_target: int) -> np.ndarray:
     tensor of integer ids in ``[0, n_target)``; anything else is an InputError (an id beyond
     the target lengthened the counts, a negative one was numpy's ValueError)."""
     n_target = as_count(n_target, "n_target", 1)
+    wide = False
     if B.is_torch(tokens):
         import torch
 
         integer = not (tokens.is_floating_point() or tokens.is_complex() or tokens.dtype == torch.bool)
         size = tokens.numel()
+        wide = tokens.dtype in (torch.uint16, torch.uint32, torch.uint64)
+        if wide:  # torch has no min, max or bincount for these: count them as int64
+            tokens = tokens.to(torch.int64)  # uint64 ids from 2^63 wrap below 0
     else:
         listed = not isinstance(tokens, np.ndarray)
         tokens = np.asarray(tokens)
@@ -265,7 +269,10 @@ def emitted_counts(tokens, n_target: int) -> np.ndarray:
     if size:
         lo, hi = (int(x) for x in (tokens.min(), tokens.max()))
         if lo < 0 or hi >= n_target:
-            raise InputError(f"tokens holds {lo if lo < 0 else hi}, outside the {n_target} "
+            bad = lo if lo < 0 else hi
+            if wide and bad < 0:
+                bad += 2**64  # a uint64 id that wrapped in the cast above
+            raise InputError(f"tokens holds {bad}, outside the {n_target} "
                              f"target ids (0..{n_target - 1})")
     return _bincount(tokens, n_target)
 

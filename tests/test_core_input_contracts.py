@@ -271,6 +271,18 @@ def test_emitted_counts_refuses_ids_outside_the_target(tokens, match):
     assert rt.emitted_counts(torch.tensor([2, 2, 0]), 3).tolist() == [1, 0, 2]
 
 
+@pytest.mark.parametrize("dtype", ["uint8", "uint16", "uint32", "uint64", "int32"])
+def test_emitted_counts_takes_unsigned_tensors(dtype):
+    # torch has no min/max/bincount for uint16/32/64: this was torch's NotImplementedError
+    dtype = getattr(torch, dtype)
+    assert rt.emitted_counts(torch.tensor([2, 2, 0], dtype=dtype), 3).tolist() == [1, 0, 2]
+    with pytest.raises(rt.InputError, match="tokens holds 3, outside"):
+        rt.emitted_counts(torch.tensor([0, 3], dtype=dtype), 3)
+    if dtype == torch.uint64:  # ids from 2^63 wrap in the cast; the message names the id given
+        with pytest.raises(rt.InputError, match=f"tokens holds {2**64 - 1}, outside"):
+            rt.emitted_counts(torch.tensor([1, 2**64 - 1], dtype=dtype), 3)
+
+
 def test_verify_draft_says_its_generator_is_numpy_even_for_tensors():
     p = torch.tensor([0.5, 0.5], dtype=torch.float64)
     with pytest.raises(rt.InputError, match="verify_draft draws on the host .* numpy.random.Generator"):
