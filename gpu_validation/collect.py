@@ -49,6 +49,15 @@ class Collected:
     texts: list[str] = field(default_factory=list)
 
 
+def laws64(probs) -> np.ndarray:
+    """Rows of next-token laws as float64, each divided by its float64 sum. The models' float32
+    rows sum to 1 only to float32 round-off (~1e-7), which put the OOV cap ``p(I)`` of a
+    drafter that keeps every id at 1 + 5e-8 on the real pair; from here on they sum to 1 to
+    float64 round-off, as every calculator's law does."""
+    probs = np.asarray(probs, dtype=np.float64)
+    return probs / probs.sum(axis=-1, keepdims=True)
+
+
 def next_token_probs(lm, ids: list[int], *, device: str = "cpu") -> np.ndarray:
     """The law (:meth:`gpu_validation.models.LoadedModel.probs`) at positions 1..L-1 of one
     forward pass, (L-1, V) float32."""
@@ -88,10 +97,9 @@ def calibration_stats(calibration_probs, rank: int | None = None):
     With ``rank`` < S the factor keeps the top singular directions of the centred matrix
     ``(P_c - mu) / sqrt(S)`` (the best rank-r approximation of Omega).
     """
-    cal = np.asarray(calibration_probs, dtype=np.float64)
-    # float32 softmax rows sum to 1 only to ~1e-7; renormalised in float64, the centred rows
-    # (and so Omega's rows) sum to 0 to round-off, as the first-order kernel requires.
-    cal = cal / cal.sum(axis=1, keepdims=True)
+    # renormalised in float64, the centred rows (and so Omega's rows) sum to 0 to round-off,
+    # as the first-order kernel requires
+    cal = laws64(calibration_probs)
     s = cal.shape[0]
     mu = cal.mean(axis=0)
     c = (cal - mu) / np.sqrt(s)

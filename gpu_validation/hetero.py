@@ -34,6 +34,8 @@ from rdk_theory.tokens import (BYTE_DECODER, SPECIAL_PREFIX, canonical_tokens,  
 from rdk_theory.acceptance import oov_cap
 from rdk_theory.vocab import VocabMap, match_keys
 
+from .collect import laws64
+
 
 @dataclass
 class TokenList:
@@ -122,12 +124,12 @@ def oov_cap_by_strings(target_probs, draft: TokenList, target: TokenList) -> np.
     have = set(draft.canonical) - {""}  # holes match nothing
     mask = np.fromiter((s in have for s in target.canonical), dtype=bool,
                        count=len(target.canonical))
-    return np.asarray(target_probs, dtype=np.float64)[:, mask].sum(axis=1)
+    return laws64(target_probs)[:, mask].sum(axis=1)
 
 
 def oov_caps(target_probs, next_ids, source, texts, vm: VocabMap) -> dict:
     """Mean ``p(I)`` overall and per text, and the fraction of actual next tokens inside I."""
-    cap = oov_cap(np.asarray(target_probs, dtype=np.float64), vm, check=False)
+    cap = oov_cap(laws64(target_probs), vm, check=False)
     inside = vm.in_target_mask
     ok = next_ids >= 0
     out = {"mean": float(cap.mean()), "min": float(cap.min()),
@@ -192,7 +194,7 @@ def run(target: str = DEFAULT_TARGET, drafters=DEFAULT_DRAFT_VOCABS, *, out=None
         by_str = oov_cap_by_strings(ev.p, lists[d], target_list)
         entry["bytes"]["mean_by_strings"] = float(by_str.mean())
         entry["bytes"]["max_abs_diff_two_ways"] = float(np.max(np.abs(
-            by_str - np.asarray(ev.p, np.float64)[:, maps["bytes"].intersection].sum(1))))
+            by_str - laws64(ev.p)[:, maps["bytes"].intersection].sum(1))))
         caps.append(entry)
     report = {
         "kind": "rdk-theory gpu_validation heterogeneous tokenizers",

@@ -19,13 +19,13 @@ from rdk_theory.acceptance import acceptance_rate
 from rdk_theory.sampling import draw, verify_draft
 from rdk_theory.vocab import pruned_draft_probs
 
+from .collect import laws64
 
 
 def _softmax_last(lm, logits) -> np.ndarray:
     """``lm``'s law (:meth:`gpu_validation.models.LoadedModel.probs`) as float64 numpy,
     renormalised in float64 (its float32 rows sum to 1 only to float32 round-off, ~1e-7)."""
-    probs = lm.probs(logits).cpu().numpy().astype(np.float64)
-    return probs / probs.sum(-1, keepdims=True)
+    return laws64(lm.probs(logits).cpu().numpy())
 
 
 class _Cached:

@@ -16,6 +16,7 @@ from rdk_theory.sampling import sample_steps
 from rdk_theory.vocab import pruned_draft_probs
 
 from . import agreement
+from .collect import laws64
 from .pruning import pruned_vocab_map
 from .samplers import SAMPLERS, KeptRowsTopK, build_kernels, pick_tau, proposals
 
@@ -46,7 +47,7 @@ def acceptance_study(p, q, counts, kept_sizes, *, mu, factor, p_cal, q_cal, n_st
     for K in kept_sizes:
         vm = pruned_vocab_map(counts, K)
         qk_cal = pruned_draft_probs(q_cal, vm)
-        p_cal64 = np.asarray(p_cal, dtype=np.float64)
+        p_cal64 = laws64(p_cal)
         from rdk_theory.first_order import FirstOrderCovarianceKernel
 
         tau_fo, fo_table = pick_tau(p_cal64, qk_cal, vm,
@@ -70,7 +71,7 @@ def acceptance_study(p, q, counts, kept_sizes, *, mu, factor, p_cal, q_cal, n_st
         meas = {s: [] for s in SAMPLERS}
         cap = []
         for s0 in range(0, p.shape[0], chunk):
-            pc = np.asarray(p[s0:s0 + chunk], dtype=np.float64)
+            pc = laws64(p[s0:s0 + chunk])
             qk = pruned_draft_probs(q[s0:s0 + chunk], vm)
             props = proposals(qk, vm, kernels)
             cap.append(oov_cap(pc, vm, check=False))

@@ -192,6 +192,27 @@ def test_study_splits_the_run_wide_false_alarm_over_its_checks_and_the_others():
                                                     == min(t["calibration_alpha_by_tau"]["rdk_first_order"]))
 
 
+def test_study_and_hetero_caps_read_float32_rows_as_laws_summing_to_one():
+    """Float32 rows that sum to 1 + 3e-7 (float32 round-off on a real vocabulary) are laws:
+    the study and the heterogeneous-tokenizer caps divide them by their float64 sums first.
+    Before, a drafter keeping every id had p(I) = 1 + 3e-7 (1.0000000486 on the real pair)."""
+    from gpu_validation import hetero, study
+
+    rng = np.random.default_rng(5)
+    n, c = 40, 8
+    p = (rng.dirichlet(np.full(n, 0.3), size=c) * (1 + 3e-7)).astype(np.float32)
+    q = rng.dirichlet(np.full(n, 0.3), size=c).astype(np.float32)
+    assert np.all(p.astype(np.float64).sum(1) > 1 + 1e-7)
+    mu, factor = collect.calibration_stats(p[:4], rank=2)
+    out = study.acceptance_study(p, q, np.arange(n, 0, -1), (n,), mu=mu, factor=factor,
+                                 p_cal=p, q_cal=q, n_steps=0, rng=rng)
+    assert_close(out["rows"][0]["oov_cap"], 1.0, atol=FLOAT64_ATOL)
+    vm = pruning.pruned_vocab_map(np.arange(n, 0, -1), n)
+    caps = hetero.oov_caps(p, np.zeros(c, dtype=int), np.zeros(c, dtype=int), ["t"], vm)
+    assert_close(caps["mean"], 1.0, atol=FLOAT64_ATOL)
+    assert_close(collect.laws64(p).sum(1), np.ones(c), atol=FLOAT64_ATOL)
+
+
 def test_binomial_sum_p_value_is_the_exact_poisson_binomial_one():
     """The FFT p-value of a sum of Binomial(n, a_i) equals the direct Poisson-binomial one (each
     a_i repeated n times) to round-off, including a_i of 0 and 1 and counts off the support."""
