@@ -133,7 +133,7 @@ def plot_report(report: dict, path: str) -> None:
 
     rows = sorted(report["rows"], key=lambda r: r["keep_fraction"])  # lines left to right,
     x = [r["keep_fraction"] for r in rows]  # whatever order --keep gave
-    fig, ax = plt.subplots(figsize=(6.4, 4.2))
+    fig, ax = plt.subplots(figsize=(6.4, 4.6))
     styles = {"vanilla": ":", "tli": "-", "rdk_exact": "-", "rdk_first_order": "--", "marginal": "-"}
     labels = {"vanilla": "vanilla", "tli": "TLI", "rdk_exact": "exact RDK (covariance kernel)",
               "rdk_first_order": "first-order RDK (same tau)",
@@ -141,7 +141,9 @@ def plot_report(report: dict, path: str) -> None:
     for c in COLUMNS:
         pts = [(r["keep_fraction"], r[c]) for r in rows if r.get(c) is not None]
         if pts:
-            ax.plot(*zip(*pts), styles[c], marker="o", ms=4, label=labels[c])
+            # vanilla on top: it equals TLI for a pruned drafter and would hide under it
+            ax.plot(*zip(*pts), styles[c], marker="o", ms=4, label=labels[c],
+                    zorder=3 if c == "vanilla" else 2)
     ax.plot(x, [r["oov_cap"] for r in rows], color="black", lw=1, ls="-.",
             label="OOV cap p(I) (TLI bound)")
     ax.set_xscale("log")
@@ -151,9 +153,10 @@ def plot_report(report: dict, path: str) -> None:
     ax.set_ylabel("mean acceptance rate alpha")
     ax.set_title(report.get("title", f"acceptance vs pruning ({report['source']})"), fontsize=10)
     ax.grid(alpha=0.3, which="both")
-    ax.legend(fontsize=8, loc="best")
+    # below the axes: inside, "best" sat on the OOV cap line (it weighs points, not segments)
+    ax.legend(fontsize=8, loc="upper center", bbox_to_anchor=(0.5, -0.2), ncol=2, frameon=False)
     fig.tight_layout()
-    fig.savefig(path, dpi=120)
+    fig.savefig(path, dpi=120, bbox_inches="tight")
     plt.close(fig)
 
 
