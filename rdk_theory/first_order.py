@@ -37,10 +37,10 @@ import numpy as np
 from . import _backend as B
 from . import _blocked, _fused
 from .acceptance import acceptance_rate
-from .kernels import _centred_factor, _DeviceCache
+from .kernels import _centred_factor, _DeviceCache, check_width
 from ._fused import _F64
-from .validation import (InputError, as_calibration, as_count, as_real_array, check_tau,
-                         same_backend)
+from .validation import (InputError, as_calibration, as_count, as_real_array, check_broadcast,
+                         check_tau, same_backend)
 
 
 def _plain(x) -> bool:
@@ -89,9 +89,10 @@ class FirstOrderCovarianceKernel:
         # rows renormalised exactly (as_calibration): then every row of C sums to 0, which is
         # what makes the first-order vector sum to sum q' without a renormalising pass
         cal = as_calibration(calibration_probs)
-        check_tau(tau)
+        tau = check_tau(tau)
         s, n = cal.shape
-        c = _centred_factor(cal)  # (S, N): Omega = c.T @ c
+        # (S, N): Omega = c.T @ c; float64 whatever the rows (Fractions: the SVD needs floats)
+        c = np.asarray(_centred_factor(cal), dtype=np.float64)
         if rank is not None:
             rank = as_count(rank, "rank", 1)
             if rank > min(s, n):
@@ -161,7 +162,7 @@ class FirstOrderCovarianceKernel:
         """Build from a precomputed factor ``C`` (S or r, N) with ``Omega = C^T C``.
 
         The factor is copied: later edits of the caller's array do not reach the kernel."""
-        check_tau(tau)
+        tau = check_tau(tau)
         c = np.array(as_real_array(factor, "factor"), dtype=np.float64, order="C", copy=True)
         if c.ndim != 2 or c.shape[0] < 1 or c.shape[1] < 1 or not np.all(np.isfinite(c)):
             raise InputError(f"factor must be a finite 2-D (r, N) array with r, N >= 1, "
@@ -198,7 +199,7 @@ class FirstOrderCovarianceKernel:
         ``q'(j) (e^{a_j} - 1)/Z_j + sum_i v_i + (B^T v)_j`` with ``v = q'/Z`` and
         ``B^T v = C^T (C v) / tau - a v``: O(N S) per row, no N x N matrix.
         """
-        q_prime = B.floating(q_prime)
+        q_prime = self._input(q_prime)
         left, right, coef = self._arrays(q_prime)
         u = q_prime @ left.T  # (..., S + 1): C v and sum v
         out = u @ right  # C^T (C v) / tau + sum v
@@ -227,7 +228,7 @@ class FirstOrderCovarianceKernel:
         ``[2^-60, 2^60]``; a row outside that range is divided first, so that ``r`` rounded to
         float32 neither underflows nor overflows).
         """
-        q_prime = B.floating(q_prime)
+        q_prime = self._input(q_prime)
         engine = self._route(q_prime)
         if engine:
             return self._run(engine, q_prime, None, normalise)[0]
@@ -254,6 +255,10 @@ class FirstOrderCovarianceKernel:
         ``transport`` followed by :func:`rdk_theory.acceptance_rate` on trusted arrays.
         ``normalise`` as in :meth:`transport`.
         """
+        q_prime = self._input(q_prime)
+        check_width(target_probs, self.n, "target_probs")
+        check_broadcast(np.shape(target_probs)[:-1], np.shape(q_prime)[:-1],
+                        ("target_probs", "q_prime"))
         engine = self._route(q_prime)
         if engine and _target_fits(target_probs, q_prime):
             return self._run(engine, q_prime, target_probs, normalise)
@@ -261,6 +266,17 @@ class FirstOrderCovarianceKernel:
         # mixed numpy/torch input: the acceptance is computed on the tensor's device
         return out, acceptance_rate(*same_backend(target_probs, out, ("target_probs", "q_prime")),
                                     check=False)
+
+    def _input(self, q_prime):
+        """``q_prime`` checked to hold the kernel's N target ids on its last axis; integer
+        tensors and Fraction arrays as float64 (the kernel's numbers are floats: exp has no
+        exact value), anything else as given. A few attribute reads on the decode-loop input."""
+        if not _plain(q_prime) or q_prime.shape[-1] != self.n:
+            check_width(q_prime, self.n)
+            q_prime = B.floating(q_prime)
+            if B.is_exact(q_prime):
+                q_prime = q_prime.astype(np.float64)
+        return q_prime
 
     @property
     def engine(self) -> str:

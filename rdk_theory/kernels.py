@@ -4,8 +4,9 @@ A kernel is a row-stochastic matrix ``M`` over the target vocabulary (row ``i``:
 ``i``'s drafted mass goes). Every kernel object exposes
 
 * ``n``: the vocabulary size ``N_T`` (None for the size-agnostic identity);
-* ``transport(q_prime)``: ``M^T q'`` for ``q'`` of shape (..., N_T), on numpy float64, numpy
-  ``Fraction`` arrays (where the kernel is exact) or torch tensors;
+* ``transport(q_prime)``: ``M^T q'`` for ``q'`` of shape (..., N_T) (any other last axis is
+  an InputError), on numpy float64, numpy ``Fraction`` arrays (exact where the kernel's own
+  numbers are; Fractions mixed with a float give float64) or torch tensors;
 * ``row_sums()``: for checks.
 
 Any row-stochastic ``M`` keeps the verification step lossless (Theorem L). Provided:
@@ -43,8 +44,34 @@ class _DeviceCache:
 
         k = (key, str(like.device), like.dtype)
         if k not in self._cache:
-            self._cache[k] = torch.as_tensor(np.asarray(array), dtype=like.dtype, device=like.device)
+            array = np.asarray(array)
+            if array.dtype == object:  # Fractions (an exact kernel) meet a float tensor
+                array = array.astype(np.float64)
+            self._cache[k] = torch.as_tensor(array, dtype=like.dtype, device=like.device)
         return self._cache[k]
+
+
+def check_width(q_prime, n: int, name: str = "q'") -> None:
+    """InputError unless ``q_prime`` has ``n`` entries (the kernel's target ids) on its last
+    axis: reshaping to rows of ``n`` re-chunked any other width into meaningless rows."""
+    try:
+        shape = tuple(np.shape(q_prime))  # a tensor's own shape; a list's without a copy kept
+    except ValueError:
+        raise InputError(f"{name} is a ragged sequence") from None
+    if not shape or shape[-1] != n:
+        got = f"{shape[-1]} on its last axis" if shape else "a scalar"
+        raise InputError(f"{name} must hold the kernel's {n} target ids on its last axis, "
+                         f"got {got}")
+
+
+def settled(out):
+    """``out``, or its float64 copy when it is an object array holding a float: Fractions
+    mixed with a float (``q'``, the kernel or ``lam``) give floats, which an object array would
+    pass off as the exact tier (and which its checks then refuse); the toolkit's calculators
+    return float64 for such a mixture too."""
+    if B.is_exact(out) and not all(isinstance(v, numbers.Rational) for v in out.flat):
+        return out.astype(np.float64)
+    return out
 
 
 def _shares_memory(array: np.ndarray, source) -> bool:
@@ -96,10 +123,11 @@ class DenseKernel:
         self._torch = _DeviceCache()
 
     def transport(self, q_prime):
+        check_width(q_prime, self.n)
         q_prime = B.floating(q_prime)
         if B.is_torch(q_prime):
             return q_prime @ self._torch.get("m", self.matrix, q_prime)
-        return q_prime @ self.matrix
+        return settled(q_prime @ self.matrix)
 
     def row_sums(self):
         return self.matrix.sum(axis=1)
@@ -128,6 +156,7 @@ class SparseKernel:
         self._torch = {}
 
     def transport(self, q_prime):
+        check_width(q_prime, self.n)
         q_prime = B.floating(q_prime)
         if B.is_torch(q_prime):
             import torch
@@ -207,13 +236,13 @@ class MarginalKernel:
         return cls(w, min(mass, 1.0) if lam is None else lam)
 
     def transport(self, q_prime):
+        check_width(q_prime, self.n)
         lam = self.lam
         q_prime = B.floating(q_prime)
-        if B.is_torch(q_prime):
-            w = self._torch.get("w", self.w, q_prime)
-        else:
-            w = self.w
-        return (1 - lam) * q_prime + lam * B.total(q_prime, keepdims=True) * w
+        if B.is_torch(q_prime):  # torch takes no Fraction: lam as a float
+            w, lam = self._torch.get("w", self.w, q_prime), float(lam)
+            return (1 - lam) * q_prime + lam * B.total(q_prime, keepdims=True) * w
+        return settled((1 - lam) * q_prime + lam * B.total(q_prime, keepdims=True) * self.w)
 
     def row_sums(self):
         return np.array([(1 - self.lam) + self.lam * self.w.sum()])
@@ -273,7 +302,7 @@ class CovarianceSoftmaxKernel:
 
     def __init__(self, calibration_probs, tau: float, *, block_bytes: int = 64 * 2**20,
                  show_progress: bool | None = None):
-        check_tau(tau)
+        tau = check_tau(tau)
         cal = as_calibration(calibration_probs)  # float64 numpy (tensor input too) or Fractions
         # float64 whatever the rows (exp has no exact value; the first-order kernel's C the same)
         self.factor = np.asarray(_centred_factor(cal), dtype=np.float64)
@@ -298,6 +327,7 @@ class CovarianceSoftmaxKernel:
         return blk
 
     def transport(self, q_prime):
+        check_width(q_prime, self.n)
         if B.is_torch(q_prime):
             import torch
 
@@ -408,7 +438,7 @@ def sparse_topk_kernel(affinity, k: int, tau: float = 1.0, *, n: int | None = No
     k = as_count(k, "k", 1)
     if k > n:
         raise InputError(f"k must be in [1, {n}], got {k}")
-    check_tau(tau)
+    tau = check_tau(tau)
     indptr = np.arange(0, n * k + 1, k)
     indices = np.empty(n * k, dtype=np.int64)
     data = np.empty(n * k)

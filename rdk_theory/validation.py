@@ -286,14 +286,16 @@ def _check_torch_probs(x, name, allow_sub_stochastic, atol):
     return x
 
 
-def check_tau(tau) -> None:
-    """A softmax temperature: a real number, finite and > 0, or InputError."""
+def check_tau(tau) -> float:
+    """A softmax temperature as a float: a real number (a Fraction, a numpy scalar or 0-d
+    array too), finite and > 0, or InputError (a bool, a string or an array included)."""
     try:
-        ok = bool(tau > 0 and np.isfinite(tau))
-    except TypeError:
-        ok = False
-    if not ok:
-        raise InputError(f"tau must be finite and > 0, got {tau!r}")
+        t = float(tau) if np.ndim(tau) == 0 and not isinstance(tau, (bool, str, bytes)) else None
+    except (TypeError, ValueError, OverflowError):  # a complex number; a Fraction beyond float
+        t = None
+    if t is None or not (t > 0 and np.isfinite(t)):
+        raise InputError(f"tau must be a finite real number > 0, got {tau!r}")
+    return t
 
 
 def as_draft_to_target(x, n_target: int, name: str = "draft_to_target") -> np.ndarray:

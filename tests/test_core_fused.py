@@ -250,11 +250,12 @@ def test_torch_and_fraction_inputs_take_their_own_backend(engine):
     cal, q, _ = _case(20, seed=2, batch=(2,))
     fused = rt.FirstOrderCovarianceKernel(cal, 0.05, engine=engine)
     exact = np.array([Fraction(x) for x in q[0]], dtype=object)
-    # a Fraction array takes the object-array path (the float factor makes its entries
-    # floats), never the compiled engine, which would refuse it
+    # a Fraction array is read as float64 (the kernel's numbers are floats): it took an
+    # object-array path that returned Python floats in an object array, passed off as exact
     got_exact = fused.transport(exact)
-    assert got_exact.dtype == object
-    assert_close(got_exact.astype(float), fused.transport(q[0]))
+    assert got_exact.dtype == np.float64
+    assert np.array_equal(got_exact, fused.transport(exact.astype(np.float64)))
+    assert_close(got_exact, fused.transport(q[0]))
     torch = pytest.importorskip("torch")
     got = fused.transport(torch.from_numpy(q))
     assert isinstance(got, torch.Tensor)

@@ -299,3 +299,79 @@ def test_sampling_a_tensor_that_requires_grad_draws_no_autograd_warning():
         warnings.simplefilter("error")
         tokens, _ = rt.sample_steps(p, r, 100, torch.Generator().manual_seed(0))
     assert not tokens.requires_grad
+
+
+def _kernels_over_8():
+    cal = np.random.default_rng(0).dirichlet(np.ones(8), size=5)
+    return {"covariance": rt.CovarianceSoftmaxKernel(cal, 0.1),
+            "sparse": rt.sparse_topk_kernel(rt.covariance_affinity(cal), 3, n=8),
+            "first_order": rt.FirstOrderCovarianceKernel(cal, 1.0),
+            "dense": rt.DenseKernel(np.eye(8)), "marginal": rt.MarginalKernel(np.ones(8) / 8, 0.5)}
+
+
+@pytest.mark.parametrize("name", ["covariance", "sparse", "first_order", "dense", "marginal"])
+def test_every_kernel_refuses_rows_of_the_wrong_width(name):
+    """A (6, 4) q' against a kernel over 8 ids: the covariance and sparse kernels reshaped it
+    into three rows of 8 and returned a (6, 4) array of meaningless numbers; the dense and
+    first-order kernels raised numpy's ValueError."""
+    kernel = _kernels_over_8()[name]
+    q = np.random.default_rng(1).dirichlet(np.ones(4), size=6)
+    for bad, got in ((q, "got 4 on its last axis"), (torch.tensor(q), "got 4 on its last axis"),
+                     (np.array(1.0), "got a scalar")):
+        with pytest.raises(rt.InputError, match=f"kernel's 8 target ids on its last axis, {got}"):
+            kernel.transport(bad)
+    assert kernel.transport(np.full((2, 8), 1 / 8)).shape == (2, 8)
+
+
+def test_first_order_with_acceptance_names_a_target_that_does_not_fit():
+    fo = _kernels_over_8()["first_order"]
+    with pytest.raises(rt.InputError, match="target_probs must hold the kernel's 8 target ids"):
+        fo.transport_with_acceptance(np.full(8, 1 / 8), np.full(4, 1 / 4))
+    with pytest.raises(rt.InputError, match=r"target_probs has leading shape \(3,\), q_prime \(2,\)"):
+        fo.transport_with_acceptance(np.full((2, 8), 1 / 8), np.full((3, 8), 1 / 8))
+
+
+def test_fractions_mixed_with_floats_give_float64_not_an_object_array_of_floats():
+    """An object array is the exact tier; a float operand (q', the kernel or lam) made one of
+    Python floats, which acceptance_rate then refused ('a non-Fraction'). All exact stays exact."""
+    F = Fraction
+    vm = rt.VocabMap.identity(3)
+    q, q_exact = np.array([0.2, 0.3, 0.5]), np.array([F(1, 5), F(3, 10), F(1, 2)], dtype=object)
+    w = np.array([F(1, 4), F(1, 4), F(1, 2)], dtype=object)
+    r, a = rt.rdk_proposal_with_acceptance(q, q, vm, rt.MarginalKernel(w.astype(float), F(1, 2)))
+    assert r.dtype == np.float64 and a == pytest.approx(0.975) == rt.acceptance_rate(q, r)
+    assert rt.MarginalKernel(w, 0.5).transport(q_exact).dtype == np.float64
+    assert rt.DenseKernel(np.diag([F(1)] * 3)).transport(q).dtype == np.float64
+    exact = rt.MarginalKernel(w, F(1, 2)).transport(q_exact)
+    assert exact.tolist() == [F(9, 40), F(11, 40), F(1, 2)]
+    fo = rt.FirstOrderCovarianceKernel(np.array([q, q[::-1]]), 1.0)
+    assert np.array_equal(fo.transport(q_exact), fo.transport(q))  # its numbers are floats
+
+
+def test_exact_kernels_transport_tensors_and_build_from_fraction_rows():
+    """Fraction kernels met a tensor with torch's TypeError (an object array, a Fraction lam);
+    the truncated first-order kernel of Fraction rows hit numpy's SVD with object dtype."""
+    F = Fraction
+    half = torch.tensor([0.5, 0.5], dtype=torch.float64)
+    dense = rt.DenseKernel(np.array([[F(1), F(0)], [F(1, 2), F(1, 2)]], dtype=object))
+    assert dense.transport(half).tolist() == [0.75, 0.25]
+    marginal = rt.MarginalKernel(np.array([F(1), F(0)], dtype=object), F(1, 2))
+    assert marginal.transport(half).tolist() == [0.75, 0.25]
+    rows = [[F(1, 2), F(1, 4), F(1, 4)], [F(1, 4), F(1, 2), F(1, 4)], [F(1, 8), F(1, 8), F(3, 4)]]
+    q = np.array([0.2, 0.3, 0.5])
+    assert np.array_equal(
+        rt.FirstOrderCovarianceKernel(np.array(rows, dtype=object), 1.0, rank=1).transport(q),
+        rt.FirstOrderCovarianceKernel(np.array(rows, dtype=float), 1.0, rank=1).transport(q))
+
+
+def test_tau_takes_any_real_number_and_refuses_arrays_and_bools_by_name():
+    """tau = Fraction(1, 10) was refused as 'not finite' (np.isfinite raised on it); an array
+    tau was numpy's 'truth value is ambiguous'; True passed as tau = 1."""
+    cal = np.random.default_rng(0).dirichlet(np.ones(6), size=4)
+    q = np.full(6, 1 / 6)
+    for build in (rt.CovarianceSoftmaxKernel, rt.FirstOrderCovarianceKernel):
+        assert np.array_equal(build(cal, Fraction(1, 10)).transport(q), build(cal, 0.1).transport(q))
+        assert build(cal, np.array(0.5)).tau == build(cal, np.float32(0.5)).tau == 0.5
+        for bad in (np.array([1.0, 2.0]), True, "0.1", 1j, -Fraction(1, 2)):
+            with pytest.raises(rt.InputError, match="tau must be a finite real number > 0"):
+                build(cal, bad)

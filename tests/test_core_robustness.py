@@ -536,7 +536,7 @@ def test_first_order_refuses_a_tau_that_overflows_on_every_engine(engine):
             rt.FirstOrderCovarianceKernel.from_factor(
                 rt.kernels._centred_factor(cal), tau, engine=engine)
     for bad in (float("nan"), float("inf"), 0.0, "1"):
-        with pytest.raises(rt.InputError, match="tau must be finite and > 0"):
+        with pytest.raises(rt.InputError, match="tau must be a finite real number > 0"):
             rt.FirstOrderCovarianceKernel.from_factor(rt.kernels._centred_factor(cal), bad)
 
 
