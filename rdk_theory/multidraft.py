@@ -26,6 +26,7 @@ A torch tensor, on any device, is checked there and copied to the host as float6
 from __future__ import annotations
 
 import itertools
+import numbers
 from fractions import Fraction
 
 import numpy as np
@@ -46,40 +47,57 @@ def _drafts(k) -> int:
     return as_count(k, "k (number of drafts)", 1)
 
 
+def _rho(rho, lo: int = 1):
+    """``rho`` as given when it is exact (an int or a Fraction), else as a float; a real number
+    ``>= lo`` (``> 0`` for ``lo = 0``; ``inf`` allowed: no draft is ever accepted), or
+    InputError (None, a string, a complex number or an array included)."""
+    if isinstance(rho, numbers.Real) and not isinstance(rho, bool):
+        value = rho if isinstance(rho, numbers.Rational) else float(rho)
+        if (value >= lo) if lo else (value > 0):
+            return value
+    raise InputError(f"rho must be a real number {'>= 1' if lo else '> 0'}, got {rho!r}")
+
+
 def _check_k_rho(k, rho):
     _drafts(k)
-    if not rho >= 1:
-        raise InputError(f"rho must be >= 1, got {rho}")
+    return _rho(rho)
 
 
 def beta(target_probs, draft_probs, rho):
     """``beta(rho) = sum_x min(q(x), p(x) / rho)``: the acceptance probability of one draft."""
     p, q = _pq(target_probs, draft_probs)
-    if not rho > 0:
-        raise InputError(f"rho must be > 0, got {rho}")
-    return np.minimum(q, p / rho).sum()
+    return np.minimum(q, p / _rho(rho, 0)).sum()
 
 
-#: Slack on the float64 validity condition: at ``k = 1`` (or ``p == q``) the condition holds
-#: with equality, and round-off in ``beta`` must not flip it. Exact inputs use no slack.
-VALIDITY_ATOL = 1e-12
+#: Relative slack on the float64 validity condition: at ``k = 1`` (or ``p == q``) the condition
+#: holds with equality, and round-off must not flip it. Relative, so that a tiny ``beta`` (whose
+#: whole condition is below any absolute slack) is still judged. Exact inputs use no slack.
+VALIDITY_RTOL = 1e-12
 
 
 def kseq_is_valid(target_probs, draft_probs, rho, k: int) -> bool:
     """The validity condition ``1 - (1 - beta(rho))^k <= rho beta(rho)`` (sufficient for losslessness).
 
-    Exact (``==``-level) on ``Fraction`` inputs; on float64 inputs the comparison allows
-    ``VALIDITY_ATOL`` of round-off.
+    Exact (``==``-level) on ``Fraction`` inputs. On float64 inputs both sides are computed
+    without cancellation (``-expm1(k log1p(-beta))`` and ``sum_x min(rho q(x), p(x))`` over the
+    support of ``q``, which is also right at ``rho = inf``) and compared with a relative slack of
+    ``VALIDITY_RTOL``.
     """
-    _check_k_rho(k, rho)
-    b = beta(target_probs, draft_probs, rho)
-    slack = 0 if isinstance(b, Fraction) else VALIDITY_ATOL
-    return bool(1 - (1 - b) ** int(k) <= rho * b + slack)
+    k, rho = _drafts(k), _check_k_rho(k, rho)
+    p, q = _pq(target_probs, draft_probs)
+    b = beta(p, q, rho)
+    with np.errstate(invalid="ignore"):  # inf * 0 off the support of q, dropped by the where
+        rhs = np.where(q > 0, np.minimum(rho * q, p), 0 * p).sum()
+    if isinstance(b, Fraction) and isinstance(rhs, Fraction):
+        return bool(1 - (1 - b) ** k <= rhs)
+    lhs = -np.expm1(k * np.log1p(-float(b))) if b < 1 else 1.0
+    rhs = float(rhs)
+    return bool(lhs <= rhs + VALIDITY_RTOL * max(lhs, rhs))
 
 
 def kseq_acceptance(target_probs, draft_probs, rho, k: int):
     """``1 - (1 - beta(rho))^k``: the probability that one of the ``k`` drafts is accepted."""
-    _check_k_rho(k, rho)
+    rho = _check_k_rho(k, rho)
     return 1 - (1 - beta(target_probs, draft_probs, rho)) ** int(k)
 
 
@@ -88,7 +106,7 @@ def kseq_accept_law(target_probs, draft_probs, rho, k: int):
 
     Sub-stochastic, total mass ``1 - (1 - beta)^k``; all zeros when ``beta = 0``.
     """
-    _check_k_rho(k, rho)
+    rho = _check_k_rho(k, rho)
     p, q = _pq(target_probs, draft_probs)
     m = np.minimum(q, p / rho)
     b = m.sum()
@@ -101,8 +119,9 @@ def kseq_output_law(target_probs, draft_probs, rho, k: int):
     """Exact law of the K-SEQ output: ``a + (1 - beta)^k res``, ``res = (p - a)^+ / sum (p - a)^+``.
 
     Built from the step's ingredients (accepted part plus residual), so comparing it with ``p``
-    tests losslessness: it equals ``p`` exactly when ``a <= p``, and differs when ``rho`` is
-    invalid (the residual cannot take mass back).
+    tests losslessness: it equals ``p`` exactly when ``a <= p``, and differs when ``a(x) > p(x)``
+    for some ``x`` (the residual cannot take mass back). That happens only for an invalid
+    ``rho``, and for every invalid ``rho`` as soon as some ``x`` has ``rho q(x) >= p(x) > 0``.
     """
     p, _ = _pq(target_probs, draft_probs)
     a = kseq_accept_law(target_probs, draft_probs, rho, k)
@@ -119,16 +138,22 @@ def kseq_best_rho(target_probs, draft_probs, k: int, *, tol: float = 1e-12) -> f
 
     The condition ``g(rho) = rho beta(rho) - 1 + (1 - beta(rho))^k >= 0`` is monotone
     non-decreasing in ``rho`` and holds at ``rho = k`` (since ``1 - (1 - b)^k <= k b``), so
-    bisection returns ``rho*`` within ``tol`` (float64), on the valid side.
+    bisection returns ``rho*`` within ``tol`` (float64; ``tol`` finite and > 0), on the valid
+    side of :func:`kseq_is_valid`. It stops early when the interval holds no float between its
+    ends (below ``tol`` once ``rho*`` is large).
     """
     p, q = _pq(target_probs, draft_probs)
     p, q = p.astype(np.float64), q.astype(np.float64)
     k = _drafts(k)
+    if not (isinstance(tol, numbers.Real) and not isinstance(tol, bool) and 0 < tol < np.inf):
+        raise InputError(f"tol must be a finite real number > 0, got {tol!r}")
     if kseq_is_valid(p, q, 1.0, k):
         return 1.0
     lo, hi = 1.0, float(k)
     while hi - lo > tol:
         mid = 0.5 * (lo + hi)
+        if not lo < mid < hi:  # adjacent floats: nothing left to halve
+            break
         if kseq_is_valid(p, q, mid, k):
             hi = mid
         else:
@@ -150,18 +175,22 @@ def optimal_acceptance_lp(target_probs, draft_probs, k: int) -> float:
 
     p, q = _pq(target_probs, draft_probs)
     p, q = p.astype(np.float64), q.astype(np.float64)
-    if abs(q.sum() - 1) > 1e-9:
-        raise InputError("optimal_acceptance_lp needs a normalised draft law q")
     k = _drafts(k)
-    sq = [int(i) for i in np.flatnonzero(q > 0)]
-    if len(sq) ** k > 100_000:
-        raise InputError(f"LP too large: {len(sq)}^{k} draft tuples")
+    # a sub-stochastic q (vanilla's) drafts "nothing" (-1) with the missing mass q0: such a
+    # draft reaches no output, as in optimal_acceptance_cut
+    q0 = 1.0 - float(q.sum())
+    drafts = [(int(i), float(q[i])) for i in np.flatnonzero(q > 0)]
+    drafts += [(-1, q0)] if q0 > 0 else []
+    if len(drafts) ** k > 100_000:
+        raise InputError(f"LP too large: {len(drafts)}^{k} draft tuples")
     mass: dict[frozenset, float] = {}
-    for tup in itertools.product(sq, repeat=k):
-        u = frozenset(tup)
-        mass[u] = mass.get(u, 0.0) + float(np.prod(q[list(tup)]))
+    for tup in itertools.product(drafts, repeat=k):
+        u = frozenset(i for i, _ in tup if i >= 0)
+        mass[u] = mass.get(u, 0.0) + float(np.prod([m for _, m in tup]))
     sets = list(mass)
     cols = [(s, y) for s, u in enumerate(sets) for y in sorted(u)]
+    if not cols:  # q = 0: no draft ever reaches an output
+        return 0.0
     a_ub = np.zeros((len(sets) + p.size, len(cols)))
     for j, (s, y) in enumerate(cols):
         a_ub[s, j] = 1.0
@@ -205,6 +234,6 @@ def one_minus_inv_e() -> float:
 
 
 __all__ = [
-    "VALIDITY_ATOL", "beta", "kseq_accept_law", "kseq_acceptance", "kseq_best_rho", "kseq_is_valid",
+    "VALIDITY_RTOL", "beta", "kseq_accept_law", "kseq_acceptance", "kseq_best_rho", "kseq_is_valid",
     "kseq_output_law", "one_minus_inv_e", "optimal_acceptance_cut", "optimal_acceptance_lp",
 ]
