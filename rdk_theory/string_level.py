@@ -16,27 +16,78 @@ tokens ``d_1 .. d_m`` whose first ``m - 1`` tokens spell a proper prefix of ``s_
 token completes (or overruns) it. The drafter is a toy model given as a function
 ``next_token_probs(prefix_tokens) -> {token_string: probability}`` (a unigram drafter ignores its
 argument). Exponential in ``len(s_t)`` in the worst case: toy tokenizers only. The acceptances
-take arrays (a torch tensor, on any device, is copied to the host as numpy first,
-floating point as float64).
+take arrays shaped ``(..., V)`` and reduce the last axis, broadcasting the leading ones; a torch
+tensor, on any device, is copied to the host as numpy first, floating point as float64.
+Fractions stay exact.
 """
 from __future__ import annotations
 
 import itertools
+import numbers
 from typing import Callable, Mapping, Sequence
 
 import numpy as np
 
-from .validation import InputError, host
+from .validation import (NEG_ATOL, PROB_ATOL, InputError, as_real_array, check_broadcast, host,
+                         host_prob_array)
 
 NextTokenProbs = Callable[[tuple], Mapping[str, object]]
 
 
 def unigram_drafter(token_probs: Mapping[str, object]) -> NextTokenProbs:
-    """A drafter that draws each token i.i.d. from ``token_probs`` (strings -> probabilities)."""
-    if any(len(tok) == 0 for tok in token_probs):
-        raise InputError("drafter tokens must be non-empty strings")
+    """A drafter that draws each token i.i.d. from ``token_probs`` (non-empty strings ->
+    probabilities summing to at most 1; floats or Fractions)."""
+    if not isinstance(token_probs, Mapping):
+        raise InputError(f"token_probs must map token strings to probabilities, got "
+                         f"{type(token_probs).__name__}")
+    _token_strings(list(token_probs), "drafter tokens")
     table = dict(token_probs)
+    if table:
+        _probabilities(list(table.values()), "token_probs' probabilities", sums="at most 1")
     return lambda prefix: table
+
+
+def _token_strings(tokens, name: str, *, holes: bool = False) -> list:
+    """``tokens`` as a list of strings, non-empty unless ``holes``; a bare string (read as its
+    characters) and non-string entries are InputErrors."""
+    if isinstance(tokens, (str, bytes)):
+        raise InputError(f"{name} must be a list of token strings, got the string {tokens!r} "
+                         "(it would be read as its characters)")
+    tokens = list(tokens)
+    bad = next((t for t in tokens if not isinstance(t, str) or not (t or holes)), None)
+    if bad is not None:
+        raise InputError(f"{name} must be non-empty strings, got {bad!r}")
+    return tokens
+
+
+def _probabilities(values, name: str, *, sums: str | None = "1"):
+    """A list or array of probabilities: Fractions (all of them Rational) as an exact object
+    array, anything else as float64 (a tensor on any device copied to the host), checked by
+    :func:`rdk_theory.validation.host_prob_array` to sum to ``sums`` ("1" or "at most 1")
+    along the last axis, or with ``sums=None`` (``psi``: one probability per token, no sum)
+    each in [0, 1] within the toolkit's tolerances."""
+    arr = host(values, name)
+    if not isinstance(arr, np.ndarray):
+        try:
+            arr = np.asarray(arr)
+        except ValueError:  # ragged
+            raise InputError(f"{name} is a ragged sequence") from None
+    if arr.dtype == object and not all(isinstance(v, numbers.Rational) for v in arr.flat):
+        arr = as_real_array(arr, name)  # Fractions mixed with floats: floats
+    if sums is not None:
+        return host_prob_array(arr, name, allow_sub_stochastic=sums == "at most 1")
+    if arr.ndim == 0 or arr.shape[-1] == 0:
+        raise InputError(f"{name} must have a non-empty last axis, got shape {arr.shape}")
+    if arr.dtype != object:
+        arr = as_real_array(arr, name)
+        bad = ~np.isfinite(arr) | (arr < -NEG_ATOL) | (arr > 1 + PROB_ATOL)
+        if bad.any():
+            raise InputError(f"{name} holds {float(arr[bad][0])!r}: each entry is a probability in [0, 1]")
+        return np.clip(arr, 0.0, 1.0)
+    bad = next((v for v in arr.flat if not 0 <= v <= 1), None)
+    if bad is not None:
+        raise InputError(f"{name} holds {bad!r}: each entry is a probability in [0, 1]")
+    return arr
 
 
 def prefix_probability(string: str, next_token_probs: NextTokenProbs, prefix: tuple = ()):
@@ -61,9 +112,12 @@ def segmentations(string: str, drafter_tokens: Sequence[str]) -> list[tuple[str,
 
     ``d_1 .. d_{m-1}`` spell a proper prefix of ``string`` and ``d_1 .. d_m`` spell a string that
     starts with ``string``. Brute force over all sequences of length ``<= len(string)``; a token
-    listed twice counts once (a vocabulary is a set of strings).
+    listed twice counts once (a vocabulary is a set of strings), an empty one never.
     """
-    toks = list(dict.fromkeys(t for t in drafter_tokens if t))
+    if not isinstance(string, str):
+        raise InputError(f"string must be a str, got {type(string).__name__}")
+    toks = list(dict.fromkeys(t for t in _token_strings(drafter_tokens, "drafter tokens",
+                                                        holes=True) if t))
     out = []
     for m in range(1, len(string) + 1):
         for seq in itertools.product(toks, repeat=m):
@@ -78,9 +132,7 @@ def psi_by_segmentations(target_tokens: Sequence[str], next_token_probs: NextTok
                          drafter_tokens: Sequence[str]):
     """``psi(t)`` for each target token string by summing over its enumerated segmentations."""
     out = []
-    for s in target_tokens:
-        if not s:
-            raise InputError("target tokens must be non-empty strings")
+    for s in _token_strings(target_tokens, "target tokens"):
         total = 0
         for seq in segmentations(s, drafter_tokens):
             prob = 1
@@ -93,9 +145,8 @@ def psi_by_segmentations(target_tokens: Sequence[str], next_token_probs: NextTok
 
 def psi(target_tokens: Sequence[str], next_token_probs: NextTokenProbs):
     """``psi(t) = P(drafter string starts with s_t)`` for each target token (recursive form)."""
-    if any(not s for s in target_tokens):
-        raise InputError("target tokens must be non-empty strings")
-    vals = [prefix_probability(s, next_token_probs) for s in target_tokens]
+    vals = [prefix_probability(s, next_token_probs)
+            for s in _token_strings(target_tokens, "target tokens")]
     return np.array(vals, dtype=object if _exact(vals) else np.float64)
 
 
@@ -105,20 +156,27 @@ def _exact(vals) -> bool:
     return any(isinstance(v, Fraction) for v in vals)
 
 
+def _acceptance_inputs(target_probs, psi_values):
+    """``(p, psi)``: a law and values in [0, 1] over one last axis, leading axes that broadcast."""
+    p = _probabilities(target_probs, "target_probs")
+    s = _probabilities(psi_values, "psi", sums=None)
+    if p.shape[-1] != s.shape[-1]:
+        raise InputError(f"target_probs and psi must cover the same target tokens (last axis), "
+                         f"got shapes {p.shape} and {s.shape}")
+    check_broadcast(p.shape[:-1], s.shape[:-1], ("target_probs", "psi"))
+    return p, s
+
+
 def slem_acceptance(target_probs, psi_values):
-    """String-level exact match: ``sum_t p(t) psi(t)``."""
-    p, s = np.asarray(host(target_probs, "target_probs")), np.asarray(host(psi_values, "psi"))
-    if p.shape != s.shape:
-        raise InputError(f"target_probs and psi must have one shape, got {p.shape}, {s.shape}")
-    return (p * s).sum()
+    """String-level exact match: ``sum_t p(t) psi(t)``, per context (the last axis summed)."""
+    p, s = _acceptance_inputs(target_probs, psi_values)
+    return (p * s).sum(axis=-1)
 
 
 def slrs_acceptance(target_probs, psi_values):
-    """String-level rejection sampling: ``sum_t min(p(t), psi(t))``."""
-    p, s = np.asarray(host(target_probs, "target_probs")), np.asarray(host(psi_values, "psi"))
-    if p.shape != s.shape:
-        raise InputError(f"target_probs and psi must have one shape, got {p.shape}, {s.shape}")
-    return np.minimum(p, s).sum()
+    """String-level rejection sampling: ``sum_t min(p(t), psi(t))``, per context."""
+    p, s = _acceptance_inputs(target_probs, psi_values)
+    return np.minimum(p, s).sum(axis=-1)
 
 
 __all__ = [

@@ -100,7 +100,9 @@ def segmentation_count(string: str, draft_tokens: Sequence[str]) -> int:
 
     ``d_1..d_{m-1}`` tile a proper prefix ``string[:i]`` exactly and ``d_m`` starts with
     ``string[i:]``: ``count = sum_{i < n} tilings(string[:i]) * #{d : d startswith string[i:]}``.
+    A token listed twice counts once, an empty one never, as there.
     """
+    draft_tokens = list(dict.fromkeys(d for d in draft_tokens if d))
     n = len(string)
     tilings = [0] * (n + 1)
     tilings[0] = 1

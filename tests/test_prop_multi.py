@@ -17,6 +17,7 @@ from rdk_theory.multidraft import (
 from rdk_theory.string_level import (
     psi, psi_by_segmentations, slem_acceptance, slrs_acceptance, unigram_drafter,
 )
+from rdk_theory.validation import InputError
 from tests.strategies import Law, law_pairs, laws, toy_tokenizers
 from tests.tolerances import LP_ATOL, assert_close, assert_leq
 
@@ -150,3 +151,86 @@ def test_K_float_roundoff_does_not_flip_validity():
     float64 round-off in beta used to make rho = 1 'invalid'."""
     assert kseq_is_valid(W([0, 1]).f64, W([6, 5]).f64, 1.0, 1)
     assert kseq_best_rho(W([3, 4, 2]).f64, W([3, 4, 2]).f64, 3) == 1.0
+
+
+# ------------------------------------------------------------------- review fixes (K, S)
+@pytest.mark.timeout(60)
+def test_kseq_best_rho_ends_and_refuses_a_tolerance_it_cannot_meet():
+    """The bisection looped forever once tol was below the float spacing near rho* (tol = 0,
+    or the default 1e-12 with rho* ~ 14,427), and a NaN tol returned k (3, not 2.1)."""
+    p, q = np.array([0.5, 0.5]), np.array([0.9, 0.1])
+    for bad in (float("nan"), 0, -1e-3, float("inf"), "1e-6", True):
+        with pytest.raises(InputError, match="tol must be a finite real number > 0"):
+            kseq_best_rho(p, q, 3, tol=bad)
+    rho = kseq_best_rho(p, q, 3, tol=1e-300)  # stops at adjacent floats
+    assert kseq_is_valid(p, q, rho, 3) and not kseq_is_valid(p, q, np.nextafter(rho, 0), 3)
+    big = kseq_best_rho(p, np.array([1 - 1e-9, 1e-9]), 20_000)
+    assert 1 < big < 20_000 and kseq_is_valid(p, np.array([1 - 1e-9, 1e-9]), big, 20_000)
+
+
+def test_kseq_validity_is_judged_relative_to_a_tiny_beta():
+    """With beta ~ 1e-13 the whole condition sat below the absolute slack 1e-12, so rho = 1 was
+    'valid' and the output law put 3x p on the small tokens; the exact check says rho = 1 is
+    invalid and rho* = 3 (relative slack: the float rho* is within 1e-12 of 3)."""
+    F = Fraction
+    p, q = np.array([1 - 2e-13, 1e-13, 1e-13]), np.array([0.0, 0.5, 0.5])
+    pe = np.array([1 - 2 * F(1e-13), F(1e-13), F(1e-13)], dtype=object)
+    qe = np.array([F(0), F(1, 2), F(1, 2)], dtype=object)
+    assert not kseq_is_valid(pe, qe, F(1), 3) and not kseq_is_valid(p, q, 1.0, 3)
+    assert kseq_is_valid(pe, qe, F(3), 3)
+    rho = kseq_best_rho(p, q, 3)
+    assert rho == pytest.approx(3, rel=1e-11)
+    assert_close(kseq_output_law(p, q, rho, 3), p, rtol=1e-9, atol=0)  # relative, per token
+    # rho = inf (never accept) is lossless: valid, without inf * 0 = NaN off q's support
+    assert kseq_is_valid([0.5, 0.5, 0.0], [0.9, 0.0, 0.1], float("inf"), 2)
+
+
+@pytest.mark.parametrize("bad", ["2", None, 1j, np.array([1.0, 2.0]), float("nan"), 0.5, True])
+def test_kseq_refuses_a_rho_that_is_not_a_real_number_at_least_one(bad):
+    p, q = np.array([0.5, 0.5]), np.array([0.9, 0.1])
+    with pytest.raises(InputError, match="rho must be a real number"):
+        kseq_acceptance(p, q, bad, 2)
+    if not (isinstance(bad, float) and bad == 0.5):
+        with pytest.raises(InputError, match="rho must be a real number > 0"):
+            beta(p, q, bad)
+
+
+def test_optimal_acceptance_lp_takes_a_sub_stochastic_draft_law_like_the_cut():
+    """The LP refused q summing to 1 - 1e-6, which the validator accepts; a sub-stochastic q
+    drafts 'nothing' with the missing mass, as in the min-cut form, and the two agree."""
+    for p, q in (([0.5, 0.5], [0.5, 0.5 - 1e-6]), ([0.5, 0.3, 0.2], [0.5, 0.2, 0.0]),
+                 ([0.2, 0.8], [0.0, 0.0])):
+        for k in (1, 2, 3):
+            assert optimal_acceptance_lp(p, q, k) == pytest.approx(
+                float(optimal_acceptance_cut(p, q, k)), abs=LP_ATOL)
+
+
+def test_string_level_acceptances_are_per_context():
+    """A (C, V) batch was summed over every axis: two contexts of SLRS 1 gave 2.0."""
+    p = np.array([[0.5, 0.5], [1.0, 0.0]])
+    s = np.array([0.5, 0.5])
+    assert slem_acceptance(p, s).tolist() == [0.5, 0.5]
+    assert slrs_acceptance(p, s).tolist() == [1.0, 0.5]
+    assert slrs_acceptance(p, np.stack([s, s])).tolist() == [1.0, 0.5]
+    exact = slrs_acceptance(np.array([Fraction(1, 2)] * 2, dtype=object),
+                            np.array([Fraction(1, 3), Fraction(1)], dtype=object))
+    assert exact == Fraction(5, 6)
+
+
+@pytest.mark.parametrize("call, match", [
+    (lambda: slrs_acceptance([0.5, float("nan")], [0.5, 0.5]), "non-finite"),
+    (lambda: slrs_acceptance([-1.0, 2.0], [0.5, 0.5]), "negative probability"),
+    (lambda: slem_acceptance(["a"], [0.5]), "must hold real numbers"),
+    (lambda: slrs_acceptance([0.5, 0.5], [0.2, 1.5]), r"psi holds 1.5: each entry is a probability"),
+    (lambda: slrs_acceptance([0.5, 0.5], [0.5, 0.5, 0.0]), "cover the same target tokens"),
+    (lambda: psi(["a"], unigram_drafter({"a": -0.5, "b": 1.5})), "negative probability"),
+    (lambda: psi("ab", unigram_drafter({"a": 0.5, "b": 0.5})), "got the string 'ab'"),
+    (lambda: unigram_drafter({1: 1.0}), "drafter tokens must be non-empty strings, got 1"),
+    (lambda: unigram_drafter([("a", 1.0)]), "must map token strings to probabilities"),
+    (lambda: psi_by_segmentations(["a"], unigram_drafter({"a": 1.0}), "ab"), "got the string"),
+])
+def test_string_level_refuses_what_it_cannot_use(call, match):
+    """Each of these returned a number (nan, -0.5, -0.5 for psi), read a string as its
+    characters, or raised a TypeError."""
+    with pytest.raises(InputError, match=match):
+        call()

@@ -37,6 +37,9 @@ def test_segmentation_count_matches_enumeration_and_grows_exponentially():
     counts = [r["segmentations"] for r in cost_table(range(10, 31), enumerate_up_to=0)]
     ratios = np.array(counts[1:]) / np.array(counts[:-1])
     assert np.all(ratios > 1.5)  # golden-ratio growth for this drafter vocabulary
+    # a token listed twice counts once, as in the enumeration (it counted twice: 2 against 1)
+    for tokens in (["a", "a", "b"], ["ab", "a", "", "b", "ab"]):
+        assert segmentation_count("ab", tokens) == len(segmentations("ab", tokens))
 
 
 @pytest.mark.mc
