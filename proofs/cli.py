@@ -80,8 +80,17 @@ def _summary(x) -> dict:
     return {"mean": float(x.mean()), "per_context": [float(v) for v in x]}
 
 
-def compute_bounds(case, *, kernel_name: str = "identity", tau=None, lam=None) -> dict:
-    """Every bound of :mod:`rdk_theory.bounds` for a loaded case, as a JSON-ready dict."""
+#: ``--lp auto`` runs the static-kernel LP up to this many (context, token) cells, C x N_T: its
+#: time grows faster than linearly in them (2-core x86_64: 1.1 s at 2,048 cells, 12 s at 4,096
+#: with N_T = 64, 19 s at 8,192 and 36 s at 16,384).
+LP_AUTO_MAX_CELLS = 4096
+
+
+def compute_bounds(case, *, kernel_name: str = "identity", tau=None, lam=None,
+                   lp: str = "auto") -> dict:
+    """Every bound of :mod:`rdk_theory.bounds` for a loaded case, as a JSON-ready dict.
+    ``lp``: ``"auto"`` solves the static-kernel LP for N_T <= MAX_LP_VOCAB and at most
+    :data:`LP_AUTO_MAX_CELLS` cells, ``"always"`` for N_T <= MAX_LP_VOCAB, ``"never"`` skips it."""
     from rdk_theory import bounds
     from rdk_theory.acceptance import acceptance_rate, total_variation
     from rdk_theory.case import kernels_for
@@ -119,12 +128,21 @@ def compute_bounds(case, *, kernel_name: str = "identity", tau=None, lam=None) -
             src = "uniform on OOV (no calibration mass there)"
         best_lam, best_alpha = bounds.best_mixing_lambda(p, qp, w)
         out["best_mixing"] = {"lam": best_lam, "mean_alpha": best_alpha, "w": src}
-    if vm.n_target <= bounds.MAX_LP_VOCAB:
+    cells = case.n_contexts * vm.n_target
+    if lp == "never":
+        skipped = "--lp never"
+    elif vm.n_target > bounds.MAX_LP_VOCAB:
+        skipped = f"N_T = {vm.n_target} > {bounds.MAX_LP_VOCAB} (dense LP)"
+    elif lp == "auto" and cells > LP_AUTO_MAX_CELLS:
+        skipped = (f"C x N_T = {cells:,} > {LP_AUTO_MAX_CELLS:,} cells (slow: --lp always "
+                   "solves it anyway)")
+    else:
+        skipped = None
         _, lp_alpha = bounds.best_static_kernel_lp(p, qp)
         out["best_static_kernel"] = {"mean_alpha": lp_alpha,
                                      "note": "LP optimum: no static RDK kernel does better on these contexts"}
-    else:
-        out["best_static_kernel"] = {"skipped": f"N_T = {vm.n_target} > {bounds.MAX_LP_VOCAB} (dense LP)"}
+    if skipped:
+        out["best_static_kernel"] = {"skipped": skipped}
     return out
 
 
@@ -133,7 +151,7 @@ def cmd_bounds(args) -> int:
 
     case = read_case(args.case)
     kind = args.kernel or "identity"
-    res = compute_bounds(case, kernel_name=kind, tau=args.tau, lam=args.lam)
+    res = compute_bounds(case, kernel_name=kind, tau=args.tau, lam=args.lam, lp=args.lp)
     warn_ignored_options(args, f"--kernel {kind}", kernel_options_used(kind))
     if args.json:
         json.dump(res, sys.stdout)
@@ -167,12 +185,19 @@ def register_bounds(sub) -> None:
                     "TLI never exceed it), 1 - TV(p, M^T q') for the chosen kernel, the best mixing "
                     "weight lam of the rank-one kernel (1 - lam) I + lam 1 w^T on the case's contexts "
                     "(exact: concave piecewise-linear maximisation) and, for N_T <= 64, the best static "
-                    "kernel by linear programming (no RDK kernel reaches more on these contexts).",
+                    "kernel by linear programming (no RDK kernel reaches more on these contexts; "
+                    f"by default only up to C x N_T = {LP_AUTO_MAX_CELLS:,} contexts x tokens, "
+                    "about 12 s: see --lp).",
         epilog=CASE_HELP + "\n\nexample:\n  rdk-theory bounds case.npz --json\n  -> "
                "{\"oov_cap\": {\"mean\": ..., \"per_context\": [...]}, \"alpha\": {\"vanilla\": ..., \"tli\": ..., "
                "\"rdk_exact\": ...}, \"best_mixing\": {\"lam\": ..., \"mean_alpha\": ...}, "
                "\"best_static_kernel\": {\"mean_alpha\": ...}, ...}")
     p.add_argument("case", help="path to CASE.npz")
     add_kernel_options(p, "the kernel of exact RDK and of the TV bound")
+    p.add_argument("--lp", choices=("auto", "always", "never"), default="auto",
+                   help="the best-static-kernel LP: auto solves it when N_T <= 64 and C x N_T <= "
+                        f"{LP_AUTO_MAX_CELLS:,} (its time grows faster than linearly in C x N_T: "
+                        "36 s at 16,384), always whenever N_T <= 64, never skips it "
+                        "(default auto)")
     p.add_argument("--json", action="store_true", help="print one JSON object on stdout")
     p.set_defaults(func=cmd_bounds)

@@ -25,7 +25,7 @@ import numpy as np
 
 from .acceptance import acceptance_rate, total_variation
 from .acceptance import oov_cap as _oov_cap
-from .validation import InputError, host, host_prob_array
+from .validation import InputError, as_real_array, host, host_prob_array
 
 #: Largest target vocabulary the dense LP of :func:`best_static_kernel_lp` accepts.
 MAX_LP_VOCAB = 64
@@ -53,10 +53,18 @@ def tv_upper_bound(target_probs, proposal):
 
 
 def _host_pair(target_probs, tli_proposals):
-    """``p`` and ``q'`` as (C, N_T) host arrays, checked."""
+    """``p`` and ``q'`` as (C, N_T) float64 host arrays with C >= 1, checked (Fractions are
+    checked exactly, then read as float64: these are float reference maths)."""
     p = host_prob_array(target_probs, "target_probs")
     qp = host_prob_array(tli_proposals, "tli_proposals", allow_sub_stochastic=True)
-    return np.atleast_2d(p), np.atleast_2d(qp)
+    out = []
+    for x, name in ((p, "target_probs"), (qp, "tli_proposals")):
+        x = np.atleast_2d(x).astype(np.float64, copy=False)
+        if x.ndim != 2 or x.shape[0] == 0:
+            raise InputError(f"{name} must be (C, N_T) with at least one context, got shape "
+                             f"{x.shape}")
+        out.append(x)
+    return out
 
 
 def _alpha_mix(p, qp, k_qp, lam):
@@ -89,7 +97,7 @@ def best_mixing_lambda(target_probs, tli_proposals, w):
       the maximum.
     """
     p, qp = _host_pair(target_probs, tli_proposals)
-    w = host_prob_array(w, "w")
+    w = host_prob_array(w, "w").astype(np.float64, copy=False)
     if p.shape != qp.shape or w.shape != p.shape[-1:]:
         raise InputError(f"shapes differ: target_probs {p.shape}, tli_proposals {qp.shape}, w {w.shape}")
     k_qp = qp.sum(axis=-1, keepdims=True) * w
@@ -180,13 +188,13 @@ def expected_tokens_per_call(acceptances):
 
     ``acceptances`` (..., gamma) are the per-position acceptance rates of one block of ``gamma``
     drafts; i.i.d. ``alpha`` gives ``(1 - alpha^(gamma+1)) / (1 - alpha)``. Exact on ``Fraction``
-    object arrays.
+    object arrays. ``gamma = 0`` (an empty last axis: the target alone) gives 1.
     """
-    a = np.asarray(host(acceptances, "acceptances"))
-    if a.ndim == 0 or a.shape[-1] == 0:
-        raise InputError(f"acceptances must have a non-empty last axis (gamma), got shape {a.shape}")
-    if a.dtype != object:
-        a = a.astype(np.float64)
+    a = host(acceptances, "acceptances")
+    if not (isinstance(a, np.ndarray) and a.dtype == object):
+        a = as_real_array(a, "acceptances")  # complex numbers and strings are refused
+    if a.ndim == 0:
+        raise InputError("acceptances must have a last axis (gamma), got a scalar")
     try:  # one check for floats and Fractions alike: NaN fails both comparisons
         in_range = bool(np.all((a >= 0) & (a <= 1)))
     except TypeError:  # an object array of non-numbers

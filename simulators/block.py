@@ -19,25 +19,27 @@ import numpy as np
 
 from rdk_theory.bounds import expected_tokens_per_call
 from rdk_theory.sampling import sample_steps
-from rdk_theory.validation import InputError
+from rdk_theory.validation import InputError, as_count, as_real_array
 
 
 def _check_alpha(alpha):
-    a = np.asarray(alpha, dtype=np.float64)
+    a = as_real_array(alpha, "acceptance rates")
     if np.any(~np.isfinite(a)) or np.any(a < 0) or np.any(a > 1):
         raise InputError(f"acceptance rates must lie in [0, 1], got {alpha}")
     return a
 
 
 def _check_gamma(gamma):
-    if int(gamma) != gamma or gamma < 0:
-        raise InputError(f"gamma must be an integer >= 0, got {gamma}")
-    return int(gamma)
+    return as_count(gamma, "gamma")
 
 
 def _check_cost(c):
-    if not (np.isfinite(c) and c >= 0):
-        raise InputError(f"cost ratio c must be finite and >= 0, got {c}")
+    try:
+        ok = np.ndim(c) == 0 and not isinstance(c, (bool, str, bytes)) and 0 <= float(c) < np.inf
+    except (TypeError, ValueError, OverflowError):  # None, a complex number
+        ok = False
+    if not ok:
+        raise InputError(f"cost ratio c must be a finite real number >= 0, got {c!r}")
     return float(c)
 
 

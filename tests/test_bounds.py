@@ -5,6 +5,7 @@ import json
 from fractions import Fraction
 
 import numpy as np
+import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
@@ -102,6 +103,48 @@ def test_bounds_cli_table_and_bad_input(tmp_path, capsys):
     assert "best static kernel" in capsys.readouterr().out
     assert main(["bounds", str(tmp_path / "missing.npz")]) == 2
     assert "error: case file not found" in capsys.readouterr().err
+
+
+def test_bounds_cli_lp_option_caps_the_static_kernel_lp(tmp_path, capsys):
+    """--lp auto skips the LP beyond LP_AUTO_MAX_CELLS (C x N_T) cells, where it took 29 s at
+    C = 100, N_T = 64; --lp always solves it, --lp never skips it."""
+    from proofs.cli import LP_AUTO_MAX_CELLS
+
+    rng = np.random.default_rng(1)
+    c, n = LP_AUTO_MAX_CELLS // 4 + 1, 4  # one cell over the cap, a quick LP
+    path = tmp_path / "wide.npz"
+    np.savez(path, target_probs=rng.dirichlet(np.ones(n), size=c),
+             draft_probs=rng.dirichlet(np.ones(3), size=c), draft_to_target=np.arange(3))
+    runs = {}
+    for lp in ("auto", "always", "never"):
+        assert main(["bounds", str(path), "--lp", lp, "--json"]) == 0
+        runs[lp] = json.loads(capsys.readouterr().out)["best_static_kernel"]
+    assert "C x N_T = 4,100 > 4,096 cells" in runs["auto"]["skipped"]
+    assert runs["never"] == {"skipped": "--lp never"}
+    assert runs["always"]["mean_alpha"] >= 0.0
+
+
+def test_bound_helpers_read_fractions_as_floats_and_need_a_context():
+    """best_mixing_lambda on Fractions was a TypeError from isfinite, and on C = 0 a
+    ZeroDivisionError; the LP on Fractions scipy's dtype error, on 3-D input an unpacking
+    error, and on C = 0 a NaN; expected_tokens_per_call dropped an imaginary part."""
+    from rdk_theory.bounds import expected_tokens_per_call
+    from rdk_theory.validation import InputError
+
+    F = Fraction
+    p = np.array([[F(1, 2), F(1, 2)]], dtype=object)
+    qp = np.array([[F(1), F(0)]], dtype=object)
+    lam, best = best_mixing_lambda(p, qp, np.array([F(0), F(1)], dtype=object))
+    assert (lam, best) == best_mixing_lambda(p.astype(float), qp.astype(float), np.array([0.0, 1.0]))
+    assert best_static_kernel_lp(p, qp)[1] == pytest.approx(1.0, abs=LP_ATOL)
+    for bad in (np.zeros((0, 2)), np.full((2, 2, 2), 0.5)):
+        with pytest.raises(InputError, match="must be \\(C, N_T\\) with at least one context"):
+            best_static_kernel_lp(bad, bad)
+        with pytest.raises(InputError, match="at least one context"):
+            best_mixing_lambda(bad, bad, np.array([0.5, 0.5]))
+    with pytest.raises(InputError, match="complex numbers"):
+        expected_tokens_per_call(np.array([0.5 + 0.9j]))
+    assert expected_tokens_per_call(np.zeros((3, 0))).tolist() == [1.0, 1.0, 1.0]  # gamma = 0
 
 
 def test_tv_upper_bound_of_an_empty_proposal_is_zero():

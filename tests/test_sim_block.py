@@ -53,6 +53,19 @@ def test_bad_alpha_is_rejected(bad):
         expected_tokens_iid(bad, 3)
 
 
+@pytest.mark.parametrize("call, match", [
+    (lambda: expected_tokens_iid(0.5, float("nan")), "gamma must be an integer >= 0, got nan"),
+    (lambda: expected_tokens_iid(0.5, "3"), "gamma must be an integer"),
+    (lambda: expected_tokens_iid("x", 3), "acceptance rates must hold real numbers"),
+    (lambda: speedup(0.5, 3, None), "cost ratio c must be a finite real number >= 0, got None"),
+    (lambda: speedup(0.5, 3, np.array([0.1, 0.2])), "cost ratio c"),
+])
+def test_block_helpers_name_what_they_refuse(call, match):
+    """numpy's ValueError (NaN gamma, a string alpha) or a TypeError (c = None) before."""
+    with pytest.raises(InputError, match=match):
+        call()
+
+
 @pytest.mark.mc
 def test_monte_carlo_tokens_per_call_agree_with_closed_form():
     """n = 200000 iterations, per-position acceptances (0.9, 0.8, 0.7, 0.6): z-test of the mean
