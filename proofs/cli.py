@@ -80,17 +80,23 @@ def _summary(x) -> dict:
     return {"mean": float(x.mean()), "per_context": [float(v) for v in x]}
 
 
-#: ``--lp auto`` runs the static-kernel LP up to this many (context, token) cells, C x N_T: its
-#: time grows faster than linearly in them (2-core x86_64: 1.1 s at 2,048 cells, 12 s at 4,096
-#: with N_T = 64, 19 s at 8,192 and 36 s at 16,384).
-LP_AUTO_MAX_CELLS = 4096
+#: ``--lp auto`` runs the static-kernel LP while ``C^2 N_T^3`` is at most this: its time on a
+#: 2-core x86_64 follows that product to within a factor of 2 (about 1e-8 s per unit), measured
+#: 1.1 s at (C, N_T) = (64, 32) and (1025, 4), 1.4 s at (16, 64), 3.1 s at (32, 64), 12 s at
+#: (64, 64), 19 s at (256, 32), 36 s at (1024, 16): the limit is about 12 s.
+LP_AUTO_MAX_COST = 2 ** 30
 
 
 def compute_bounds(case, *, kernel_name: str = "identity", tau=None, lam=None,
                    lp: str = "auto") -> dict:
     """Every bound of :mod:`rdk_theory.bounds` for a loaded case, as a JSON-ready dict.
-    ``lp``: ``"auto"`` solves the static-kernel LP for N_T <= MAX_LP_VOCAB and at most
-    :data:`LP_AUTO_MAX_CELLS` cells, ``"always"`` for N_T <= MAX_LP_VOCAB, ``"never"`` skips it."""
+    ``lp``: ``"auto"`` solves the static-kernel LP for N_T <= MAX_LP_VOCAB and
+    ``C^2 N_T^3 <= LP_AUTO_MAX_COST``, ``"always"`` for N_T <= MAX_LP_VOCAB, ``"never"`` skips
+    it."""
+    from rdk_theory.validation import InputError
+
+    if lp not in ("auto", "always", "never"):
+        raise InputError(f"lp must be 'auto', 'always' or 'never', got {lp!r}")
     from rdk_theory import bounds
     from rdk_theory.acceptance import acceptance_rate, total_variation
     from rdk_theory.case import kernels_for
@@ -128,14 +134,14 @@ def compute_bounds(case, *, kernel_name: str = "identity", tau=None, lam=None,
             src = "uniform on OOV (no calibration mass there)"
         best_lam, best_alpha = bounds.best_mixing_lambda(p, qp, w)
         out["best_mixing"] = {"lam": best_lam, "mean_alpha": best_alpha, "w": src}
-    cells = case.n_contexts * vm.n_target
+    cost = case.n_contexts ** 2 * vm.n_target ** 3
     if lp == "never":
         skipped = "--lp never"
     elif vm.n_target > bounds.MAX_LP_VOCAB:
         skipped = f"N_T = {vm.n_target} > {bounds.MAX_LP_VOCAB} (dense LP)"
-    elif lp == "auto" and cells > LP_AUTO_MAX_CELLS:
-        skipped = (f"C x N_T = {cells:,} > {LP_AUTO_MAX_CELLS:,} cells (slow: --lp always "
-                   "solves it anyway)")
+    elif lp == "auto" and cost > LP_AUTO_MAX_COST:
+        skipped = (f"C^2 N_T^3 = {cost:,} > {LP_AUTO_MAX_COST:,} for C = {case.n_contexts:,} "
+                   "contexts: slow (--lp always solves it anyway)")
     else:
         skipped = None
         _, lp_alpha = bounds.best_static_kernel_lp(p, qp)
@@ -186,8 +192,7 @@ def register_bounds(sub) -> None:
                     "weight lam of the rank-one kernel (1 - lam) I + lam 1 w^T on the case's contexts "
                     "(exact: concave piecewise-linear maximisation) and, for N_T <= 64, the best static "
                     "kernel by linear programming (no RDK kernel reaches more on these contexts; "
-                    f"by default only up to C x N_T = {LP_AUTO_MAX_CELLS:,} contexts x tokens, "
-                    "about 12 s: see --lp).",
+                    "by default only while C^2 N_T^3 <= 2^30, about 12 s: see --lp).",
         epilog=CASE_HELP + "\n\nexample:\n  rdk-theory bounds case.npz --json\n  -> "
                "{\"oov_cap\": {\"mean\": ..., \"per_context\": [...]}, \"alpha\": {\"vanilla\": ..., \"tli\": ..., "
                "\"rdk_exact\": ...}, \"best_mixing\": {\"lam\": ..., \"mean_alpha\": ...}, "
@@ -195,9 +200,9 @@ def register_bounds(sub) -> None:
     p.add_argument("case", help="path to CASE.npz")
     add_kernel_options(p, "the kernel of exact RDK and of the TV bound")
     p.add_argument("--lp", choices=("auto", "always", "never"), default="auto",
-                   help="the best-static-kernel LP: auto solves it when N_T <= 64 and C x N_T <= "
-                        f"{LP_AUTO_MAX_CELLS:,} (its time grows faster than linearly in C x N_T: "
-                        "36 s at 16,384), always whenever N_T <= 64, never skips it "
+                   help="the best-static-kernel LP: auto solves it when N_T <= 64 and C^2 N_T^3 "
+                        "<= 2^30 (its time follows that product: 12 s at C = N_T = 64, 36 s "
+                        "at C = 1024, N_T = 16), always whenever N_T <= 64, never skips it "
                         "(default auto)")
     p.add_argument("--json", action="store_true", help="print one JSON object on stdout")
     p.set_defaults(func=cmd_bounds)

@@ -21,6 +21,8 @@ point as float64, :func:`rdk_theory.validation.host`) and the results are numpy.
 """
 from __future__ import annotations
 
+import numbers
+
 import numpy as np
 
 from .acceptance import acceptance_rate, total_variation
@@ -191,8 +193,13 @@ def expected_tokens_per_call(acceptances):
     object arrays. ``gamma = 0`` (an empty last axis: the target alone) gives 1.
     """
     a = host(acceptances, "acceptances")
-    if not (isinstance(a, np.ndarray) and a.dtype == object):
-        a = as_real_array(a, "acceptances")  # complex numbers and strings are refused
+    try:
+        arr = np.asarray(a)  # a list of Fractions becomes an object array, kept exact below
+    except ValueError:  # ragged
+        raise InputError("acceptances is a ragged sequence") from None
+    exact = arr.dtype == object and all(isinstance(v, numbers.Rational) for v in arr.flat)
+    # anything else as float64: complex numbers, strings and other objects are refused
+    a = arr if exact else as_real_array(a, "acceptances")
     if a.ndim == 0:
         raise InputError("acceptances must have a last axis (gamma), got a scalar")
     try:  # one check for floats and Fractions alike: NaN fails both comparisons

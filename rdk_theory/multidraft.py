@@ -50,8 +50,11 @@ def _drafts(k) -> int:
 def _rho(rho, lo: int = 1):
     """``rho`` as given when it is exact (an int or a Fraction), else as a float; a real number
     ``>= lo`` (``> 0`` for ``lo = 0``; ``inf`` allowed: no draft is ever accepted), or
-    InputError (None, a string, a complex number or an array included)."""
-    if isinstance(rho, numbers.Real) and not isinstance(rho, bool):
+    InputError (None, a bool, a string, a complex number or an array included; a 0-d array is
+    its number)."""
+    if isinstance(rho, np.ndarray) and rho.ndim == 0:
+        rho = rho.item()
+    if isinstance(rho, numbers.Real) and not isinstance(rho, (bool, np.bool_)):
         value = rho if isinstance(rho, numbers.Rational) else float(rho)
         if (value >= lo) if lo else (value > 0):
             return value
@@ -161,12 +164,17 @@ def kseq_best_rho(target_probs, draft_probs, k: int, *, tol: float = 1e-12) -> f
     return hi
 
 
+#: :func:`optimal_acceptance_lp`: a draft law missing at most this much mass is normalised.
+LP_MASS_ROUNDOFF = 1e-12
+
+
 def optimal_acceptance_lp(target_probs, draft_probs, k: int) -> float:
     """Best acceptance of any lossless k-draft rule, as a linear program (small supports).
 
     A lossless rule is a coupling of the draft tuple ``S ~ q^k`` with the output ``y ~ p``; it
     accepts when ``y in S``. Only the *set* ``U`` of distinct drafts matters, with probability
-    ``Q(U) = P({x_1..x_k} = U)`` (enumerated over all ``|supp q|^k`` tuples). The LP is the
+    ``Q(U) = P({x_1..x_k} = U)`` (enumerated over all ``|supp q|^k`` tuples; a sub-stochastic
+    ``q`` adds the atom "no draft", of mass ``1 - q(T)``, which reaches no output). The LP is the
     max-flow form: maximise ``sum_{U, y in U} pi(U, y)`` subject to ``sum_y pi(U, y) <= Q(U)``,
     ``sum_U pi(U, y) <= p(y)``, ``pi >= 0`` (any flow extends to a full coupling, the rest of the
     mass being rejected). Solved by ``scipy.optimize.linprog`` (HiGHS), imported lazily.
@@ -177,10 +185,12 @@ def optimal_acceptance_lp(target_probs, draft_probs, k: int) -> float:
     p, q = p.astype(np.float64), q.astype(np.float64)
     k = _drafts(k)
     # a sub-stochastic q (vanilla's) drafts "nothing" (-1) with the missing mass q0: such a
-    # draft reaches no output, as in optimal_acceptance_cut
+    # draft reaches no output, as in optimal_acceptance_cut. A q0 of round-off (a normalised
+    # q summing to 1 - 2e-16) is no atom: it would change the optimum by at most k q0 and
+    # multiply the tuples by ((n + 1) / n)^k
     q0 = 1.0 - float(q.sum())
     drafts = [(int(i), float(q[i])) for i in np.flatnonzero(q > 0)]
-    drafts += [(-1, q0)] if q0 > 0 else []
+    drafts += [(-1, q0)] if q0 > LP_MASS_ROUNDOFF else []
     if len(drafts) ** k > 100_000:
         raise InputError(f"LP too large: {len(drafts)}^{k} draft tuples")
     mass: dict[frozenset, float] = {}
@@ -234,6 +244,6 @@ def one_minus_inv_e() -> float:
 
 
 __all__ = [
-    "VALIDITY_RTOL", "beta", "kseq_accept_law", "kseq_acceptance", "kseq_best_rho", "kseq_is_valid",
+    "LP_MASS_ROUNDOFF", "VALIDITY_RTOL", "beta", "kseq_accept_law", "kseq_acceptance", "kseq_best_rho", "kseq_is_valid",
     "kseq_output_law", "one_minus_inv_e", "optimal_acceptance_cut", "optimal_acceptance_lp",
 ]

@@ -105,23 +105,27 @@ def test_bounds_cli_table_and_bad_input(tmp_path, capsys):
     assert "error: case file not found" in capsys.readouterr().err
 
 
-def test_bounds_cli_lp_option_caps_the_static_kernel_lp(tmp_path, capsys):
-    """--lp auto skips the LP beyond LP_AUTO_MAX_CELLS (C x N_T) cells, where it took 29 s at
-    C = 100, N_T = 64; --lp always solves it, --lp never skips it."""
-    from proofs.cli import LP_AUTO_MAX_CELLS
+def test_bounds_cli_lp_option_caps_the_static_kernel_lp(tmp_path, capsys, monkeypatch):
+    """--lp auto skips the LP when C^2 N_T^3 passes LP_AUTO_MAX_COST (it took 29 s at C = 100,
+    N_T = 64; here the cap is lowered to keep the LP quick); --lp always solves it anyway, and
+    to the same optimum as auto below the cap; --lp never skips it."""
+    import proofs.cli
 
     rng = np.random.default_rng(1)
-    c, n = LP_AUTO_MAX_CELLS // 4 + 1, 4  # one cell over the cap, a quick LP
+    c, n = 9, 4  # C^2 N_T^3 = 5,184
     path = tmp_path / "wide.npz"
     np.savez(path, target_probs=rng.dirichlet(np.ones(n), size=c),
              draft_probs=rng.dirichlet(np.ones(3), size=c), draft_to_target=np.arange(3))
     runs = {}
-    for lp in ("auto", "always", "never"):
-        assert main(["bounds", str(path), "--lp", lp, "--json"]) == 0
-        runs[lp] = json.loads(capsys.readouterr().out)["best_static_kernel"]
-    assert "C x N_T = 4,100 > 4,096 cells" in runs["auto"]["skipped"]
-    assert runs["never"] == {"skipped": "--lp never"}
-    assert runs["always"]["mean_alpha"] >= 0.0
+    for cap in (5_184, 5_183):
+        monkeypatch.setattr(proofs.cli, "LP_AUTO_MAX_COST", cap)
+        for lp in ("auto", "always", "never"):
+            assert main(["bounds", str(path), "--lp", lp, "--json"]) == 0
+            runs[lp, cap] = json.loads(capsys.readouterr().out)["best_static_kernel"]
+    assert "C^2 N_T^3 = 5,184 > 5,183 for C = 9 contexts" in runs["auto", 5_183]["skipped"]
+    assert runs["never", 5_183] == runs["never", 5_184] == {"skipped": "--lp never"}
+    assert runs["always", 5_183] == runs["always", 5_184] == runs["auto", 5_184]
+    assert 0.0 < runs["auto", 5_184]["mean_alpha"] <= 1.0
 
 
 def test_bound_helpers_read_fractions_as_floats_and_need_a_context():
@@ -145,6 +149,7 @@ def test_bound_helpers_read_fractions_as_floats_and_need_a_context():
     with pytest.raises(InputError, match="complex numbers"):
         expected_tokens_per_call(np.array([0.5 + 0.9j]))
     assert expected_tokens_per_call(np.zeros((3, 0))).tolist() == [1.0, 1.0, 1.0]  # gamma = 0
+    assert expected_tokens_per_call([F(1, 2), F(1, 3)]) == F(5, 3)  # a list of Fractions: exact
 
 
 def test_tv_upper_bound_of_an_empty_proposal_is_zero():
@@ -221,8 +226,8 @@ def test_block_efficiency_refuses_acceptances_outside_the_unit_interval():
     for bad in ([0.5, 1.5], [-0.1, 0.5], [np.nan, 0.5], *exact):
         try:
             expected_tokens_per_call(np.array(bad, dtype=object if bad in exact else None))
-        except InputError as exc:
-            assert "[0, 1]" in str(exc)
+        except InputError as exc:  # an object that is not a number is not a rate at all
+            assert ("must hold real numbers" if bad == ["a"] else "[0, 1]") in str(exc)
         else:
             raise AssertionError(f"accepted {bad}")
 

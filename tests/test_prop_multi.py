@@ -185,9 +185,11 @@ def test_kseq_validity_is_judged_relative_to_a_tiny_beta():
     assert kseq_is_valid([0.5, 0.5, 0.0], [0.9, 0.0, 0.1], float("inf"), 2)
 
 
-@pytest.mark.parametrize("bad", ["2", None, 1j, np.array([1.0, 2.0]), float("nan"), 0.5, True])
+@pytest.mark.parametrize("bad", ["2", None, 1j, np.array([1.0, 2.0]), float("nan"), 0.5, True,
+                                 np.True_])
 def test_kseq_refuses_a_rho_that_is_not_a_real_number_at_least_one(bad):
     p, q = np.array([0.5, 0.5]), np.array([0.9, 0.1])
+    assert kseq_acceptance(p, q, np.array(2.0), 2) == kseq_acceptance(p, q, 2.0, 2)  # 0-d
     with pytest.raises(InputError, match="rho must be a real number"):
         kseq_acceptance(p, q, bad, 2)
     if not (isinstance(bad, float) and bad == 0.5):
@@ -203,6 +205,23 @@ def test_optimal_acceptance_lp_takes_a_sub_stochastic_draft_law_like_the_cut():
         for k in (1, 2, 3):
             assert optimal_acceptance_lp(p, q, k) == pytest.approx(
                 float(optimal_acceptance_cut(p, q, k)), abs=LP_ATOL)
+
+
+def test_optimal_acceptance_lp_adds_no_atom_for_round_off(monkeypatch):
+    """A normalised q whose float sum is 1 - 2e-16 drafted 'nothing' with that mass: (n + 1)^k
+    tuples instead of n^k (17^4 fit the LP's limit, 18^4 was refused)."""
+    import itertools
+    import types
+
+    from rdk_theory import multidraft as md
+
+    q = np.full(7, 1 / 7)
+    assert 0 < 1 - q.sum() < md.LP_MASS_ROUNDOFF
+    seen = []
+    counting = lambda drafts, repeat: (seen.append(len(drafts)), itertools.product(drafts, repeat=repeat))[1]  # noqa: E731
+    monkeypatch.setattr(md, "itertools", types.SimpleNamespace(product=counting))
+    assert optimal_acceptance_lp(q, q, 2) == pytest.approx(1.0, abs=LP_ATOL)
+    assert seen == [7]
 
 
 def test_string_level_acceptances_are_per_context():
