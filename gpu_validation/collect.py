@@ -54,8 +54,11 @@ def laws64(probs) -> np.ndarray:
     rows sum to 1 only to float32 round-off (~1e-7), which put the OOV cap ``p(I)`` of a
     drafter that keeps every id at 1 + 5e-8 on the real pair; from here on they sum to 1 to
     float64 round-off, as every calculator's law does."""
-    probs = np.asarray(probs, dtype=np.float64)
-    return probs / probs.sum(axis=-1, keepdims=True)
+    out = np.asarray(probs, dtype=np.float64)
+    sums = out.sum(axis=-1, keepdims=True)
+    if out is probs:  # already float64: one new array, not the caller's
+        return out / sums
+    return np.divide(out, sums, out=out)  # the float64 copy is divided in place: one array
 
 
 def next_token_probs(lm, ids: list[int], *, device: str = "cpu") -> np.ndarray:
@@ -109,6 +112,5 @@ def calibration_stats(calibration_probs, rank: int | None = None):
     gram = c @ c.T
     evals, evecs = np.linalg.eigh(gram)
     top = np.argsort(evals)[::-1][:rank]
-    lam = np.clip(evals[top], 0.0, None)
     # rows of V^T are u^T c / sigma; factor = sigma * V^T = u^T c
     return mu, evecs[:, top].T @ c

@@ -182,6 +182,7 @@ def run(target: str = DEFAULT_TARGET, drafters=DEFAULT_DRAFT_VOCABS, *, out=None
                                 f"its tokenizer's {len(lists[target].tokens):,} ids")
     target_list = lists[target].padded(lm.output_width)  # the laws' width
     ev = collect.collect(lm, None, collect.EVAL_TEXTS, device=device)
+    p64 = laws64(ev.p)  # one float64 copy for every drafter below
     caps = []
     for d in drafters:
         if d == target:
@@ -189,12 +190,12 @@ def run(target: str = DEFAULT_TARGET, drafters=DEFAULT_DRAFT_VOCABS, *, out=None
         entry = {"drafter_vocab": d, "target": target}
         maps = {norm: build_map(lists[d], target_list, norm) for norm in ("bytes", "marker")}
         for norm, vm in maps.items():
-            entry[norm] = oov_caps(ev.p, ev.next_ids, ev.source, ev.texts, vm)
+            entry[norm] = oov_caps(p64, ev.next_ids, ev.source, ev.texts, vm)
             entry[norm]["intersection"] = int((vm.draft_to_target >= 0).sum())
-        by_str = oov_cap_by_strings(ev.p, lists[d], target_list)
+        by_str = oov_cap_by_strings(p64, lists[d], target_list)
         entry["bytes"]["mean_by_strings"] = float(by_str.mean())
         entry["bytes"]["max_abs_diff_two_ways"] = float(np.max(np.abs(
-            by_str - laws64(ev.p)[:, maps["bytes"].intersection].sum(1))))
+            by_str - p64[:, maps["bytes"].intersection].sum(1))))
         caps.append(entry)
     report = {
         "kind": "rdk-theory gpu_validation heterogeneous tokenizers",

@@ -27,8 +27,9 @@ truncated rank) and the blas engine, with float64 products, for a larger factor 
 calibration factor, where BLAS products beat hand-written loops); otherwise the numpy engine.
 The engines agree to float64 round-off, with one exception that must be asked for:
 ``engine="blas"`` with ``factor_dtype="float32"`` computes the two products in float32
-arithmetic (see :mod:`rdk_theory._blocked` for its error bound). Torch tensors and exact
-``Fraction`` arrays always take the array path of their own backend.
+arithmetic (see :mod:`rdk_theory._blocked` for its error bound). Torch tensors always take
+the array path of their own backend; exact ``Fraction`` arrays are read as float64 first (the
+kernel's numbers are floats) and then go where a float64 array goes.
 """
 from __future__ import annotations
 
@@ -256,9 +257,10 @@ class FirstOrderCovarianceKernel:
         ``normalise`` as in :meth:`transport`.
         """
         q_prime = self._input(q_prime)
-        check_width(target_probs, self.n, "target_probs")
-        check_broadcast(np.shape(target_probs)[:-1], np.shape(q_prime)[:-1],
-                        ("target_probs", "q_prime"))
+        if not (_plain(target_probs) and target_probs.shape == q_prime.shape):  # decode loop: no
+            check_width(target_probs, self.n, "target_probs")  # more checks than shape equality
+            check_broadcast(np.shape(target_probs)[:-1], np.shape(q_prime)[:-1],
+                            ("target_probs", "q_prime"))
         engine = self._route(q_prime)
         if engine and _target_fits(target_probs, q_prime):
             return self._run(engine, q_prime, target_probs, normalise)
@@ -304,9 +306,10 @@ class FirstOrderCovarianceKernel:
 
     def _route(self, q_prime):
         """The compiled engine ``q_prime`` goes to, or None for the numpy/torch/exact array
-        path. A plain float64 array (see :func:`_plain`, the decode-loop case) is settled by
-        :meth:`_compiled_engine` alone; torch, exact and other-dtype input take the array path
-        of their backend, and a forced ``"fused"`` or ``"blas"`` engine refuses them."""
+        path. A plain float64 array (see :func:`_plain`, the decode-loop case; exact input
+        arrives here as float64, :meth:`_input`) is settled by :meth:`_compiled_engine` alone;
+        torch and other-dtype input take the array path of their backend, and a forced
+        ``"fused"`` or ``"blas"`` engine refuses them."""
         if _plain(q_prime):
             return self._compiled_engine()
         if self.engine == "numpy" or B.is_torch(q_prime) or B.is_exact(q_prime):

@@ -174,7 +174,8 @@ class SparseKernel:
             raise InputError("a scipy.sparse kernel holds float64 entries and cannot transport "
                              "exact Fraction input: use a DenseKernel of Fractions (an object "
                              "array) for the exact tier")
-        flat = np.asarray(q_prime).reshape(-1, self.n)
+        q_prime = np.asarray(q_prime)  # a list too (it has no .shape)
+        flat = q_prime.reshape(-1, self.n)
         return np.asarray((self.matrix_t @ flat.T).T).reshape(q_prime.shape)
 
     def row_sums(self):
@@ -242,6 +243,7 @@ class MarginalKernel:
         if B.is_torch(q_prime):  # torch takes no Fraction: lam as a float
             w, lam = self._torch.get("w", self.w, q_prime), float(lam)
             return (1 - lam) * q_prime + lam * B.total(q_prime, keepdims=True) * w
+        q_prime = np.asarray(q_prime)  # a list too (a float times a list is a TypeError)
         return settled((1 - lam) * q_prime + lam * B.total(q_prime, keepdims=True) * self.w)
 
     def row_sums(self):

@@ -19,8 +19,6 @@ vector, so ``alpha = 0`` and the step draws from ``p`` directly.
 """
 from __future__ import annotations
 
-import numpy as np
-
 from . import _backend as B
 from .acceptance import acceptance_rate
 from .validation import InputError, as_prob_array, check_broadcast, same_backend

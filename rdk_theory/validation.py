@@ -290,7 +290,8 @@ def check_tau(tau) -> float:
     """A softmax temperature as a float: a real number (a Fraction, a numpy scalar or 0-d
     array too), finite and > 0, or InputError (a bool, a string or an array included)."""
     try:
-        t = float(tau) if np.ndim(tau) == 0 and not isinstance(tau, (bool, str, bytes)) else None
+        scalar = np.ndim(tau) == 0 and not isinstance(tau, (bool, np.bool_, str, bytes))
+        t = float(tau) if scalar and np.asarray(tau).dtype != bool else None
     except (TypeError, ValueError, OverflowError):  # a complex number; a Fraction beyond float
         t = None
     if t is None or not (t > 0 and np.isfinite(t)):

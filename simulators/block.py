@@ -35,7 +35,8 @@ def _check_gamma(gamma):
 
 def _check_cost(c):
     try:
-        ok = np.ndim(c) == 0 and not isinstance(c, (bool, str, bytes)) and 0 <= float(c) < np.inf
+        ok = (np.ndim(c) == 0 and not isinstance(c, (bool, np.bool_, str, bytes))
+              and np.asarray(c).dtype != bool and 0 <= float(c) < np.inf)
     except (TypeError, ValueError, OverflowError):  # None, a complex number
         ok = False
     if not ok:

@@ -31,7 +31,7 @@ import numpy as np
 
 from rdk_theory.acceptance import acceptance_rate
 from rdk_theory.sampling import InverseCdf
-from rdk_theory.validation import InputError
+from rdk_theory.validation import InputError, as_count
 
 
 def _check_trace(alphas, c):
@@ -86,8 +86,7 @@ def trace_time_static(alphas, gamma: int, c: float) -> float:
     drafting past the end) and ``P_j`` the probability of exactly ``j`` leading accepts.
     """
     a = _check_trace(alphas, c)
-    if int(gamma) != gamma or gamma < 0:
-        raise InputError(f"gamma must be an integer >= 0, got {gamma}")
+    gamma = as_count(gamma, "gamma")
     n = a.size
     v = np.zeros(n + 1)
     for t in range(n - 1, -1, -1):

@@ -37,7 +37,7 @@ import numpy as np
 
 from rdk_theory import _backend as B
 from rdk_theory.proposals import SAMPLERS, build_proposals
-from rdk_theory.validation import InputError
+from rdk_theory.validation import InputError, as_count
 
 ProposalFn = Callable[[tuple], np.ndarray]
 
@@ -162,8 +162,7 @@ def block_law(target, proposal_fn: ProposalFn, gamma: int, prefix=()) -> BlockLa
       gamma: draft length (>= 0; 0 means the target alone emits one token).
       prefix: tuple of target ids already generated.
     """
-    if int(gamma) != gamma or gamma < 0:
-        raise InputError(f"gamma must be an integer >= 0, got {gamma}")
+    gamma = as_count(gamma, "gamma")
     law: dict = {}
     prefix = tuple(prefix)
 

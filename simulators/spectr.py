@@ -31,7 +31,7 @@ from rdk_theory.multidraft import (
     optimal_acceptance_lp,
 )
 from rdk_theory.sampling import InverseCdf
-from rdk_theory.validation import InputError
+from rdk_theory.validation import as_count
 
 
 def rational_best_rho(p, q, k: int) -> Fraction:
@@ -55,8 +55,7 @@ def kseq_law_by_enumeration(p, q, rho, k: int) -> tuple[np.ndarray, np.ndarray]:
     ``p``, ``q``: 1-D object arrays of Fractions over one vocabulary (q may be sub-stochastic:
     the missing mass is a draft the target lacks, never accepted). ``rho``: a Fraction >= 1.
     """
-    if int(k) != k or k < 1:
-        raise InputError(f"k must be an integer >= 1, got {k}")
+    k = as_count(k, "k", 1)
     n = len(p)
     accept = np.array([Fraction(0)] * n, dtype=object)
     support = [x for x in range(n) if q[x] != 0]

@@ -10,6 +10,7 @@ import rdk_theory as rt
 from rdk_theory import string_level as sl
 from rdk_theory.validation import as_count, as_prob_array
 from tests.stats import assert_matches_law
+from tests.tolerances import assert_close
 
 
 def test_verify_draft_of_an_absent_token_is_a_rejection_and_keeps_the_law():
@@ -321,6 +322,7 @@ def test_every_kernel_refuses_rows_of_the_wrong_width(name):
         with pytest.raises(rt.InputError, match=f"kernel's 8 target ids on its last axis, {got}"):
             kernel.transport(bad)
     assert kernel.transport(np.full((2, 8), 1 / 8)).shape == (2, 8)
+    assert_close(kernel.transport([1 / 8] * 8), kernel.transport(np.full(8, 1 / 8)))  # a list
 
 
 def test_first_order_with_acceptance_names_a_target_that_does_not_fit():
@@ -372,6 +374,6 @@ def test_tau_takes_any_real_number_and_refuses_arrays_and_bools_by_name():
     for build in (rt.CovarianceSoftmaxKernel, rt.FirstOrderCovarianceKernel):
         assert np.array_equal(build(cal, Fraction(1, 10)).transport(q), build(cal, 0.1).transport(q))
         assert build(cal, np.array(0.5)).tau == build(cal, np.float32(0.5)).tau == 0.5
-        for bad in (np.array([1.0, 2.0]), True, "0.1", 1j, -Fraction(1, 2)):
+        for bad in (np.array([1.0, 2.0]), True, np.True_, "0.1", 1j, -Fraction(1, 2)):
             with pytest.raises(rt.InputError, match="tau must be a finite real number > 0"):
                 build(cal, bad)

@@ -94,3 +94,20 @@ def test_mean_ci_and_z_pvalue_known_values():
     assert z_pvalue(x, 0.5) == 1.0
     assert_close(z_pvalue(x, 0.5 + stats.norm.ppf(0.975) * s / 10), 0.05)
     assert_close(z_pvalue(x, 0.5 - stats.norm.ppf(0.975) * s / 10), 0.05)
+
+
+@pytest.mark.parametrize("bad", [float("nan"), None, "3", 2.5, -1])
+def test_simulators_name_a_gamma_or_k_that_is_not_a_count(bad):
+    """disco, sequence and spectr checked int(gamma) != gamma: NaN was numpy's ValueError,
+    None a TypeError, '3' an InputError saying 'got 3'."""
+    from simulators.disco import trace_time_static
+    from simulators.sequence import block_law
+    from simulators.spectr import kseq_law_by_enumeration
+
+    half = np.array([Fraction(1, 2)] * 2, dtype=object)
+    for call, match in ((lambda: trace_time_static([0.5, 0.5], bad, 0.1), "gamma must be an integer >= 0"),
+                        (lambda: block_law(None, None, bad), "gamma must be an integer >= 0"),
+                        (lambda: kseq_law_by_enumeration(half, half, Fraction(1), bad),
+                         "k must be an integer >= 1")):
+        with pytest.raises(InputError, match=match):
+            call()
