@@ -21,13 +21,11 @@ point as float64, :func:`rdk_theory.validation.host`) and the results are numpy.
 """
 from __future__ import annotations
 
-import numbers
-
 import numpy as np
 
 from .acceptance import acceptance_rate, total_variation
 from .acceptance import oov_cap as _oov_cap
-from .validation import InputError, as_real_array, host, host_prob_array
+from .validation import InputError, as_real_array, host, host_prob_array, rational_array
 
 #: Largest target vocabulary the dense LP of :func:`best_static_kernel_lp` accepts.
 MAX_LP_VOCAB = 64
@@ -192,14 +190,9 @@ def expected_tokens_per_call(acceptances):
     drafts; i.i.d. ``alpha`` gives ``(1 - alpha^(gamma+1)) / (1 - alpha)``. Exact on ``Fraction``
     object arrays. ``gamma = 0`` (an empty last axis: the target alone) gives 1.
     """
-    a = host(acceptances, "acceptances")
-    try:
-        arr = np.asarray(a)  # a list of Fractions becomes an object array, kept exact below
-    except ValueError:  # ragged
-        raise InputError("acceptances is a ragged sequence") from None
-    exact = arr.dtype == object and all(isinstance(v, numbers.Rational) for v in arr.flat)
-    # anything else as float64: complex numbers, strings and other objects are refused
-    a = arr if exact else as_real_array(a, "acceptances")
+    a = rational_array(acceptances, "acceptances")  # Fractions (a list of them too) stay exact
+    if a is None:  # anything else as float64: complex numbers, strings and objects are refused
+        a = as_real_array(acceptances, "acceptances")
     if a.ndim == 0:
         raise InputError("acceptances must have a last axis (gamma), got a scalar")
     try:  # one check for floats and Fractions alike: NaN fails both comparisons

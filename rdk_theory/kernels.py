@@ -30,7 +30,8 @@ import numpy as np
 from . import _backend as B
 from ._progress import progress
 from .validation import (InputError, as_calibration, as_count, as_prob_array, as_real_array,
-                         check_nonnegative, check_row_stochastic, check_tau)
+                         check_nonnegative, check_row_stochastic, check_tau, is_rational_array,
+                         known_shape)
 
 
 class _DeviceCache:
@@ -54,10 +55,9 @@ class _DeviceCache:
 def check_width(q_prime, n: int, name: str = "q'") -> None:
     """InputError unless ``q_prime`` has ``n`` entries (the kernel's target ids) on its last
     axis: reshaping to rows of ``n`` re-chunked any other width into meaningless rows."""
-    try:
-        shape = tuple(np.shape(q_prime))  # a tensor's own shape; a list's without a copy kept
-    except ValueError:
-        raise InputError(f"{name} is a ragged sequence") from None
+    shape = known_shape(q_prime)
+    if shape is None:
+        raise InputError(f"{name} is a ragged sequence")
     if not shape or shape[-1] != n:
         got = f"{shape[-1]} on its last axis" if shape else "a scalar"
         raise InputError(f"{name} must hold the kernel's {n} target ids on its last axis, "
@@ -69,7 +69,7 @@ def settled(out):
     mixed with a float (``q'``, the kernel or ``lam``) give floats, which an object array would
     pass off as the exact tier (and which its checks then refuse); the toolkit's calculators
     return float64 for such a mixture too."""
-    if B.is_exact(out) and not all(isinstance(v, numbers.Rational) for v in out.flat):
+    if B.is_exact(out) and not is_rational_array(out):
         return out.astype(np.float64)
     return out
 

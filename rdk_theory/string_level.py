@@ -23,13 +23,12 @@ Fractions stay exact.
 from __future__ import annotations
 
 import itertools
-import numbers
 from typing import Callable, Mapping, Sequence
 
 import numpy as np
 
 from .validation import (NEG_ATOL, PROB_ATOL, InputError, as_real_array, check_broadcast, host,
-                         host_prob_array)
+                         host_prob_array, rational_array)
 
 NextTokenProbs = Callable[[tuple], Mapping[str, object]]
 
@@ -66,19 +65,18 @@ def _probabilities(values, name: str, *, sums: str | None = "1"):
     :func:`rdk_theory.validation.host_prob_array` to sum to ``sums`` ("1" or "at most 1")
     along the last axis, or with ``sums=None`` (``psi``: one probability per token, no sum)
     each in [0, 1] within the toolkit's tolerances."""
-    arr = host(values, name)
-    if not isinstance(arr, np.ndarray):
-        try:
-            arr = np.asarray(arr)
-        except ValueError:  # ragged
-            raise InputError(f"{name} is a ragged sequence") from None
-    if arr.dtype == object and not all(isinstance(v, numbers.Rational) for v in arr.flat):
-        arr = as_real_array(arr, name)  # Fractions mixed with floats: floats
+    values = host(values, name)  # a tensor copied to the host once
+    arr = rational_array(values, name)  # None unless every entry is exact
+    exact = arr is not None
+    if not exact:
+        arr = np.asarray(values)  # as given: float16 keeps its own tolerance
+        if arr.dtype == object:
+            arr = as_real_array(arr, name)  # Fractions mixed with floats: floats
     if sums is not None:
         return host_prob_array(arr, name, allow_sub_stochastic=sums == "at most 1")
     if arr.ndim == 0 or arr.shape[-1] == 0:
         raise InputError(f"{name} must have a non-empty last axis, got shape {arr.shape}")
-    if arr.dtype != object:
+    if not exact:
         arr = as_real_array(arr, name)
         bad = ~np.isfinite(arr) | (arr < -NEG_ATOL) | (arr > 1 + PROB_ATOL)
         if bad.any():

@@ -103,6 +103,32 @@ def known_shape(x) -> tuple | None:
         return None
 
 
+def is_rational_array(x) -> bool:
+    """Whether ``x`` is an object array whose entries are all exact (ints or Fractions)."""
+    return (isinstance(x, np.ndarray) and x.dtype == object
+            and all(isinstance(v, numbers.Rational) for v in x.flat))
+
+
+def rational_array(x, name: str) -> np.ndarray | None:
+    """``x`` (a list too) as an exact object array when every entry is an int or a Fraction,
+    else None (the caller then reads it as floats); a ragged sequence is an InputError."""
+    try:
+        arr = np.asarray(host(x, name))
+    except ValueError:
+        raise InputError(f"{name} is a ragged sequence") from None
+    return arr if is_rational_array(arr) else None
+
+
+def real_number(value) -> float | None:
+    """``value`` as a float when it is one real number (a Python or numpy scalar, a Fraction, a
+    0-d array or tensor), else None: a bool, a string, a complex number or an array is none."""
+    try:
+        scalar = np.ndim(value) == 0 and not isinstance(value, (bool, np.bool_, str, bytes))
+        return float(value) if scalar and np.asarray(value).dtype != bool else None
+    except (TypeError, ValueError, OverflowError):  # None, a complex number, a huge Fraction
+        return None
+
+
 def host_prob_array(x, name: str, **kwargs) -> np.ndarray:
     """:func:`as_prob_array` for the host-side helpers: a tensor on any device is checked on
     its device, in its own precision (so half-precision rows get their rounding as tolerance,
@@ -289,11 +315,7 @@ def _check_torch_probs(x, name, allow_sub_stochastic, atol):
 def check_tau(tau) -> float:
     """A softmax temperature as a float: a real number (a Fraction, a numpy scalar or 0-d
     array too), finite and > 0, or InputError (a bool, a string or an array included)."""
-    try:
-        scalar = np.ndim(tau) == 0 and not isinstance(tau, (bool, np.bool_, str, bytes))
-        t = float(tau) if scalar and np.asarray(tau).dtype != bool else None
-    except (TypeError, ValueError, OverflowError):  # a complex number; a Fraction beyond float
-        t = None
+    t = real_number(tau)
     if t is None or not (t > 0 and np.isfinite(t)):
         raise InputError(f"tau must be a finite real number > 0, got {tau!r}")
     return t

@@ -19,7 +19,7 @@ import numpy as np
 
 from rdk_theory.bounds import expected_tokens_per_call
 from rdk_theory.sampling import sample_steps
-from rdk_theory.validation import InputError, as_count, as_real_array
+from rdk_theory.validation import InputError, as_count, as_real_array, real_number
 
 
 def _check_alpha(alpha):
@@ -34,14 +34,10 @@ def _check_gamma(gamma):
 
 
 def _check_cost(c):
-    try:
-        ok = (np.ndim(c) == 0 and not isinstance(c, (bool, np.bool_, str, bytes))
-              and np.asarray(c).dtype != bool and 0 <= float(c) < np.inf)
-    except (TypeError, ValueError, OverflowError):  # None, a complex number
-        ok = False
-    if not ok:
+    value = real_number(c)
+    if value is None or not 0 <= value < np.inf:
         raise InputError(f"cost ratio c must be a finite real number >= 0, got {c!r}")
-    return float(c)
+    return value
 
 
 def expected_tokens(alphas):
