@@ -20,7 +20,9 @@ class InverseCdf:
     """Inverse-CDF draws from non-negative ``weights`` (normalised on the fly), precomputed once.
 
     Negative weights beyond round-off (``-NEG_ATOL``) and non-finite ones raise InputError; all
-    zeros are allowed (``last`` is then -1: nothing can be drawn).
+    zeros are allowed (``last`` is then -1: nothing can be drawn). Finite weights of any size
+    are fine: a total below ``2^-960`` (where ``u * total`` would lose bits) or beyond float64's
+    range is scaled by a power of two first.
 
     ``self(u)`` maps uniforms ``u`` in [0, 1) to indices ``i`` with
     ``cdf[i-1] <= u * total < cdf[i]``; an index of zero weight is never returned (rounding at
@@ -37,8 +39,13 @@ class InverseCdf:
             if low < -NEG_ATOL:
                 raise InputError(f"weights must be non-negative, got {low:.3g}")
             w = np.maximum(w, 0.0)  # round-off negatives are 0 (a copy)
-        self.cdf = np.cumsum(w)  # sequential: a zero weight repeats the previous sum exactly
+        with np.errstate(over="ignore"):  # an overflowing sum is rescaled below
+            self.cdf = np.cumsum(w)  # sequential: a zero weight repeats the previous sum exactly
         self.total = float(self.cdf[-1])
+        if not (_SMALLEST_TOTAL <= self.total < np.inf) and self.total > 0:
+            w = _rescaled(w)  # finite weights whose sum overflows, or so small that u * total
+            self.cdf = np.cumsum(w)  # would round to multiples of the smallest subnormal
+            self.total = float(self.cdf[-1])
         if not np.isfinite(self.total):  # NaN and inf weights end up here
             raise InputError(f"weights must be finite, got a total of {self.total}")
         positive = np.flatnonzero(w > 0)
@@ -46,6 +53,22 @@ class InverseCdf:
 
     def __call__(self, u):
         return np.minimum(np.searchsorted(self.cdf, np.asarray(u) * self.total, side="right"), self.last)
+
+
+#: Smallest weight total searched as it is: below, ``u * total`` has fewer than 53 significant
+#: bits (subnormal), so :class:`InverseCdf` scales the weights by a power of two first.
+_SMALLEST_TOTAL = 2.0 ** -960
+
+
+def _rescaled(w):
+    """``w`` times the power of two that brings its largest entry into [0.5, 1): exact for
+    tiny weights (scaling up keeps every bit), and for weights whose sum overflows float64 it
+    loses only entries below ``2^-1074`` of the largest. NaN and inf weights come back as
+    they are (the caller refuses them)."""
+    top = float(w.max())
+    if not (0 < top < np.inf):
+        return w
+    return np.ldexp(w, -np.frexp(top)[1])
 
 
 def _inverse_cdf(weights, u):
@@ -197,6 +220,9 @@ def verify_draft(target_probs, proposal, draft: int, rng, *, check: bool = True)
     r = np.asarray(host(proposal, "proposal"), dtype=np.float64)
     check_numpy_rng(rng, "verify_draft draws on the host (tensors are copied there): it needs")
     p, r = _normalised(p, r)
+    if check and draft >= 0 and not r[draft] > 0:
+        raise InputError(f"draft = {draft} has probability 0 under the proposal, so it was not "
+                         "drawn from it: draw the draft from the very r that verifies it")
     if draft >= 0 and rng.random() * r[draft] < p[draft]:
         return int(draft), True
     excess = np.maximum(p - r, 0.0)

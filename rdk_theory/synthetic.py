@@ -17,7 +17,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from ._backend import softmax
-from .validation import InputError, as_count, check_numpy_rng
+from .validation import InputError, as_count, check_numpy_rng, real_number
 
 
 def _check_n(n):
@@ -25,10 +25,10 @@ def _check_n(n):
 
 
 def _as_float(x, name: str) -> float:
-    try:
-        return float(x)
-    except (TypeError, ValueError):
-        raise InputError(f"{name} must be a number, got {x!r}") from None
+    value = real_number(x)
+    if value is None:  # a string, a bool, an array, None: not one real number
+        raise InputError(f"{name} must be a number, got {x!r}")
+    return value
 
 
 def _check_finite(x, name: str) -> float:
@@ -168,10 +168,12 @@ def zipfian_lm(rng, n: int = 2048, *, contexts: int = 64, calibration: int = 256
     topics, topic_size = as_count(topics, "topics", 1), as_count(topic_size, "topic_size", 1)
     if topic_size > n:
         raise InputError(f"need 1 <= topic_size <= n = {n}, got {topic_size}")
-    for name, value in (("context_noise", context_noise), ("drafter_noise", drafter_noise)):
-        _check_positive(value, name, zero_ok=True)  # scales of N(0, 1) noise
-    _check_finite(topic_strength, "topic_strength")
-    base = np.log(zipf(n, exponent))
+    # scales of N(0, 1) noise
+    context_noise = _check_positive(context_noise, "context_noise", zero_ok=True)
+    drafter_noise = _check_positive(drafter_noise, "drafter_noise", zero_ok=True)
+    topic_strength = _check_finite(topic_strength, "topic_strength")
+    with np.errstate(divide="ignore"):  # a steep exponent underflows the rarest ranks to 0
+        base = np.log(zipf(n, exponent))
     members = np.stack([rng.choice(n, size=topic_size, replace=False) for _ in range(topics)])
 
     def draw(count):
@@ -181,7 +183,13 @@ def zipfian_lm(rng, n: int = 2048, *, contexts: int = 64, calibration: int = 256
         logits[rows, members[which].ravel()] += topic_strength
         return softmax(logits)
 
-    target = draw(contexts)
-    cal = draw(calibration)
-    draft = softmax(np.log(target) + drafter_noise * rng.standard_normal(target.shape))
+    with np.errstate(over="ignore", invalid="ignore", divide="ignore"):  # checked just below
+        target = draw(contexts)
+        cal = draw(calibration)
+        draft = softmax(np.log(target) + drafter_noise * rng.standard_normal(target.shape))
+    for name, rows in (("target", target), ("calibration", cal), ("drafter", draft)):
+        if not np.isfinite(rows).all():
+            raise InputError(f"the {name} rows overflowed (NaN): context_noise = {context_noise:g}, "
+                             f"drafter_noise = {drafter_noise:g} and topic_strength = "
+                             f"{topic_strength:g} must keep the logits finite")
     return SyntheticLM(target, draft, cal, np.exp(base))

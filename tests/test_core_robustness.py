@@ -201,6 +201,27 @@ def test_inverse_cdf_never_returns_a_zero_weight_even_at_the_top_end():
     assert rt.InverseCdf(np.zeros(3)).last == -1
 
 
+@pytest.mark.parametrize("scale", [2.0 ** -1074, 2.0 ** -1060, 2.0 ** -1000, 2.0 ** 1021])
+def test_inverse_cdf_draws_the_same_indices_whatever_the_scale_of_the_weights(scale):
+    """Weights times a subnormal or huge factor give the same law: the search used to round
+    u * total to multiples of 2^-1074 (weights (5e-324, 5e-324) drew 1/4 : 3/4) and to
+    refuse finite weights whose sum overflowed."""
+    u = np.concatenate([np.linspace(0, 1, 4001)[:-1], [np.nextafter(1.0, 0)]])
+    for w in ([1.0, 1.0], [1.0, 2.0], [0.0, 1.0, 0.0, 3.0, 0.0], [5.0, 1.0, 1.0, 1.0]):
+        w = np.array(w)
+        assert np.array_equal(rt.InverseCdf(w * scale)(u), rt.InverseCdf(w)(u)), (w, scale)
+    assert rt.draw(np.array([1e308, 1e308, 0.0]), np.random.default_rng(0)) in (0, 1)
+
+
+def test_verify_draft_refuses_a_draft_its_proposal_cannot_draw():
+    """r(x) = 0: x was not drawn from r, so the step's law would not be p (the draft accepted
+    with probability 1: law (3/4, 1/4) here instead of (1/2, 1/2))."""
+    p, r = np.array([0.5, 0.5]), np.array([0.0, 1.0])
+    with pytest.raises(rt.InputError, match="probability 0 under the proposal"):
+        rt.verify_draft(p, r, 0, np.random.default_rng(0))
+    assert rt.verify_draft(p, r, 1, np.random.default_rng(0))[0] in (0, 1)
+
+
 def _good_arrays(n_t=6, c=3, s=4):
     rng = np.random.default_rng(5)
     return dict(target_probs=rng.dirichlet(np.ones(n_t), size=c),

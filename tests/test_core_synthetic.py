@@ -130,11 +130,38 @@ def test_rows_that_do_not_underflow_keep_their_seeded_draws():
                           ({"contexts": 0}, "contexts must be an integer >= 1"),
                           ({"calibration": -1}, "calibration must be an integer >= 1"),
                           ({"topics": 2.5}, "topics must be an integer >= 1"),
-                          ({"topic_size": 65}, "topic_size <= n = 64")]],
+                          ({"topic_size": 65}, "topic_size <= n = 64"),
+                          ({"topic_strength": "4"}, "topic_strength must be a number"),
+                          ({"context_noise": "1"}, "context_noise must be a number"),
+                          ({"drafter_noise": True}, "drafter_noise must be a number"),
+                          ({"context_noise": 1e308}, "target rows overflowed"),
+                          ({"drafter_noise": 1e308}, "drafter rows overflowed")]],
+    (lambda: synthetic.dirichlet(np.random.default_rng(0), 3, "0.5"), "concentration must be a number"),
+    (lambda: synthetic.dirichlet(np.random.default_rng(0), 3, True), "concentration must be a number"),
 ])
 def test_bad_family_parameters_are_named(call, message):
     with pytest.raises(rt.InputError, match=message):
         call()
+
+
+def test_zipfian_lm_reads_exact_scalars_and_steep_exponents_as_laws():
+    """A Fraction noise scale is used as its float (it was a TypeError inside the draw), and
+    an exponent steep enough to underflow the rarest ranks still gives laws, without warnings."""
+    import warnings
+    from fractions import Fraction
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        a = synthetic.zipfian_lm(np.random.default_rng(3), 40, contexts=2, calibration=3,
+                                 context_noise=Fraction(1, 2), topic_strength=np.float32(2))
+        b = synthetic.zipfian_lm(np.random.default_rng(3), 40, contexts=2, calibration=3,
+                                 context_noise=0.5, topic_strength=2.0)
+        steep = synthetic.zipfian_lm(np.random.default_rng(0), 300, contexts=2, calibration=2,
+                                     exponent=400)
+    assert np.array_equal(a.target_probs, b.target_probs)
+    for rows in (steep.target_probs, steep.draft_probs, steep.calibration_probs):
+        assert np.isfinite(rows).all() and (rows >= 0).all()
+        assert_close(rows.sum(-1), 1.0)
 
 
 def test_adversarial_pairs_share_no_arrays():
