@@ -16,6 +16,7 @@ from __future__ import annotations
 
 from . import _backend as B
 from .validation import InputError, as_prob_array, check_broadcast, same_backend
+from .vocab import check_vocab_map
 
 
 def _check_pair(p, r, check: bool, names=("target_probs", "proposal"), p_sums_to_one=True):
@@ -43,6 +44,12 @@ def acceptance_rate(target_probs, proposal, *, check: bool = True):
       target_probs: ``p``, (..., N_T), sums to 1.
       proposal: ``r``, (..., N_T), sums to at most 1.
       check: validate the inputs (skip only in hot loops on trusted arrays).
+
+    ``p`` and ``r`` are taken as given: float rows pass validation when they miss 1 by at most
+    ``PROB_ATOL`` (1e-4), and alpha then moves by as much (``alpha(p, p)`` is ``sum p``, which
+    can be 1 + 1e-4). The samplers divide ``p`` by its sum (and an ``r`` above 1 by its own)
+    before they draw, so where measured and computed acceptances must agree to round-off,
+    pass rows divided by their sums.
     """
     p, r = _check_pair(target_probs, proposal, check)
     return B.total(B.minimum(p, r))
@@ -81,6 +88,7 @@ def oov_cap(target_probs, vocab_map, *, check: bool = True):
       target_probs: (..., N_T).
       vocab_map: :class:`rdk_theory.vocab.VocabMap` with ``n_target == N_T``.
     """
+    check_vocab_map(vocab_map)
     p = as_prob_array(target_probs, "target_probs") if check else target_probs
     if p.shape[-1] != vocab_map.n_target:
         raise InputError(f"target_probs has {p.shape[-1]} columns, vocab_map.n_target is {vocab_map.n_target}")

@@ -22,7 +22,8 @@ import numpy as np
 
 from .first_order import FirstOrderCovarianceKernel
 from .kernels import CovarianceSoftmaxKernel, DenseKernel, IdentityKernel, MarginalKernel
-from .validation import InputError, as_calibration, as_prob_array, as_real_array, known_shape
+from .validation import (InputError, as_calibration, as_prob_array, as_real_array, known_shape,
+                         real_number)
 from .vocab import VocabMap
 
 KERNEL_CHOICES = ("identity", "marginal", "covariance", "dense")
@@ -159,10 +160,16 @@ def kernels_for(case: Case, kind: str = "identity", *, tau: float | None = None,
     if needs_cal and case.calibration_probs is None:
         raise InputError(f"the {kind if kind != 'identity' else 'first-order'} kernel needs "
                          "'calibration_probs' (S, N_T) in the case file")
-    if tau is not None and not tau > 0:
-        raise InputError(f"--tau must be > 0, got {tau}")
-    if lam is not None and not 0 <= lam <= 1:
-        raise InputError(f"--lam must be in [0, 1], got {lam}")
+    if tau is not None:  # named by the CLI's flags; a string, a bool or an array is refused
+        t = real_number(tau)
+        if t is None or not 0 < t < np.inf:
+            raise InputError(f"--tau must be a finite number > 0, got {tau!r}")
+        tau = t
+    if lam is not None:
+        t = real_number(lam)
+        if t is None or not 0 <= t <= 1:
+            raise InputError(f"--lam must be in [0, 1], got {lam!r}")
+        lam = t
     if needs_cal and tau is None:
         tau = default_tau(case.calibration_probs)
     kernel = _exact_kernel(case, kind, tau, lam) if need_exact else None

@@ -22,11 +22,13 @@ from __future__ import annotations
 from . import _backend as B
 from .acceptance import acceptance_rate
 from .validation import InputError, as_prob_array, check_broadcast, same_backend
+from .vocab import check_vocab_map
 
 SAMPLERS = ("vanilla", "tli", "rdk_exact", "rdk_first_order")
 
 
 def _check(draft_probs, vocab_map, check):
+    check_vocab_map(vocab_map)
     if check:
         draft_probs = as_prob_array(draft_probs, "draft_probs")
     if draft_probs.shape[-1] != vocab_map.n_draft:

@@ -18,7 +18,6 @@ from __future__ import annotations
 
 import numbers
 import operator
-from fractions import Fraction
 
 import numpy as np
 
@@ -45,19 +44,20 @@ def _is_exact(x) -> bool:
 def as_prob_array(x, name: str, *, allow_sub_stochastic: bool = False, atol: float = PROB_ATOL):
     """Return ``x`` as an array of probabilities along its last axis, or raise InputError.
 
-    numpy object arrays of ``Fraction`` are checked exactly; torch tensors are checked on
-    their own device; anything else becomes float64 numpy.
+    numpy object arrays of exact numbers (``Fraction``, Python or numpy ints) are checked
+    exactly; torch tensors are checked on their own device (integer and bool tensors as
+    float64, as numpy reads them); anything else becomes float64 numpy (an object array that
+    mixes floats with Fractions too).
     """
     if _is_torch(x):
         return _check_torch_probs(x, name, allow_sub_stochastic, atol)
-    if isinstance(x, np.ndarray) and x.dtype == object:
+    if is_rational_array(x):
         arr = x
         if arr.ndim == 0 or arr.shape[-1] == 0:
             raise InputError(f"{name} must have a non-empty last axis, got shape {arr.shape}")
-        flat = arr.reshape(-1)
-        bad = [v for v in flat if not isinstance(v, (Fraction, int)) or v < 0]
+        bad = [v for v in arr.reshape(-1) if v < 0]
         if bad:
-            raise InputError(f"{name} holds a non-Fraction or negative entry: {bad[0]!r}")
+            raise InputError(f"{name} holds a negative entry: {bad[0]!r}")
         sums = arr.sum(axis=-1)
         for s in np.atleast_1d(sums).reshape(-1):
             if s > 1 or (not allow_sub_stochastic and s != 1):
@@ -293,6 +293,8 @@ def _check_torch_probs(x, name, allow_sub_stochastic, atol):
     _refuse_complex(x, name)
     if x.ndim == 0 or x.shape[-1] == 0:
         raise InputError(f"{name} must have a non-empty last axis, got shape {tuple(x.shape)}")
+    if not x.is_floating_point():  # integer and bool tensors: float64, as numpy reads them
+        x = x.to(torch.float64)
     if not torch.isfinite(x).all():
         raise InputError(f"{name} has a non-finite value")
     if x.dtype in (torch.float16, torch.bfloat16):  # a half-precision softmax misses 1 by its

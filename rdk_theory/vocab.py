@@ -127,6 +127,7 @@ class VocabMap:
     @classmethod
     def identity(cls, n: int) -> "VocabMap":
         """Drafter and target share one vocabulary of size ``n``."""
+        n = as_count(n, "n", 1)
         return cls(n, np.arange(n))
 
     @classmethod
@@ -142,10 +143,18 @@ class VocabMap:
                              "nested list") from None
         if kept.ndim != 1 or kept.size == 0:
             raise InputError(f"kept_ids must be a non-empty 1-D list of ids, got shape {kept.shape}")
-        if kept.dtype.kind not in "iuf":
-            raise InputError(f"kept_ids must hold integer ids, got dtype {kept.dtype}")
+        if kept.dtype.kind not in "iuf" or (kept.dtype.kind == "f" and not (
+                np.isfinite(kept).all() and (kept == np.round(kept)).all())):
+            raise InputError(f"kept_ids must hold integer ids, got {kept.dtype} {kept[:4]}")
         if np.any(kept < 0):
             raise InputError(f"kept_ids must be target ids >= 0, got {int(kept.min())}")
+        n_target = as_count(n_target, "n_target", 1)
+        if kept.max() >= n_target:  # named here: the map's own message would offer -1
+            raise InputError(f"kept_ids holds id {kept.max():.0f}, but the target has {n_target} "
+                             f"ids (0..{n_target - 1})")
+        ids, counts = np.unique(kept, return_counts=True)
+        if ids.size != kept.size:
+            raise InputError(f"kept_ids lists target id {ids[counts > 1][0]:.0f} more than once")
         return cls(n_target, kept)
 
     @classmethod
@@ -300,6 +309,14 @@ def _rank_order(keys, ranks):
     return sorted(range(len(keys)), key=ranks.__getitem__)  # stable: ties keep id order
 
 
+def check_vocab_map(vocab_map, name: str = "vocab_map") -> None:
+    """InputError unless ``vocab_map`` is a :class:`VocabMap` (an id list is not one)."""
+    if not isinstance(vocab_map, VocabMap):
+        raise InputError(f"{name} must be a rdk_theory.VocabMap, got {type(vocab_map).__name__}: "
+                         "build one with VocabMap(n_target, draft_to_target), "
+                         "VocabMap.from_kept_ids or VocabMap.identity")
+
+
 def pruned_draft_probs(draft_probs_full, vocab_map: VocabMap):
     """The pruned drafter's law ``q[kept] / q(kept)``, (..., K), from the full drafter's:
     float64 numpy, or a torch tensor of the input's dtype on its device.
@@ -310,6 +327,7 @@ def pruned_draft_probs(draft_probs_full, vocab_map: VocabMap):
     exactly (they are renormalised here; a float32 softmax over 152K ids misses 1 by 1e-4),
     but must be finite and non-negative: logits are refused by their negative entries.
     """
+    check_vocab_map(vocab_map)
     if not vocab_map.is_pruned:
         raise InputError("pruned_draft_probs needs a pruned map (every drafter id in the target)")
     is_torch = B.is_torch(draft_probs_full)  # a tensor is checked on its device

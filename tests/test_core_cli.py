@@ -192,7 +192,7 @@ def test_kernel_options_a_run_does_not_use_are_named_on_stderr(tmp_path, capsys,
 def test_an_ignored_but_invalid_kernel_option_is_still_one_error_line(tmp_path, capsys):
     _write_case(tmp_path / "case.npz")
     code, out, err = _run(capsys, "acceptance", str(tmp_path / "case.npz"), "--tau", "-1")
-    assert code == 2 and out == "" and err.strip().splitlines() == ["error: --tau must be > 0, got -1.0"]
+    assert code == 2 and out == "" and err.strip().splitlines() == ["error: --tau must be a finite number > 0, got -1.0"]
 
 
 def _nan_target():

@@ -377,3 +377,29 @@ def test_tau_takes_any_real_number_and_refuses_arrays_and_bools_by_name():
         for bad in (np.array([1.0, 2.0]), True, np.True_, "0.1", 1j, -Fraction(1, 2)):
             with pytest.raises(rt.InputError, match="tau must be a finite real number > 0"):
                 build(cal, bad)
+
+
+def test_object_arrays_are_exact_when_every_entry_is_and_floats_otherwise():
+    """numpy ints in an object array are exact like Python ints (they were refused as
+    'non-Fraction'); an object array mixing Fractions and floats is read as floats, as the
+    same list is (it was refused)."""
+    exact = as_prob_array(np.array([np.int64(1), Fraction(0)], dtype=object), "p")
+    assert exact.dtype == object and rt.acceptance_rate(
+        exact, np.array([Fraction(1, 2), Fraction(1, 2)], dtype=object)) == Fraction(1, 2)
+    mixed = as_prob_array(np.array([Fraction(1, 2), 0.5], dtype=object), "p")
+    assert mixed.dtype == np.float64 and np.array_equal(mixed, as_prob_array([Fraction(1, 2), 0.5], "p"))
+    with pytest.raises(rt.InputError, match="negative entry"):
+        as_prob_array(np.array([Fraction(3, 2), Fraction(-1, 2)], dtype=object), "p")
+    with pytest.raises(rt.InputError, match="must hold real numbers"):
+        as_prob_array(np.array([Fraction(1, 2), "1/2"], dtype=object), "p")
+
+
+def test_integer_and_bool_tensors_are_read_as_float64_like_numpy_arrays():
+    """A point mass given as an int or bool tensor gives float64 results, as the same numpy
+    array does (an int64 acceptance tensor, a bool proposal, before)."""
+    vm = rt.VocabMap(3, [0, 2])
+    got = rt.acceptance_rate(torch.tensor([1, 0]), torch.tensor([1, 0]))
+    assert got.dtype == torch.float64 and float(got) == 1.0
+    r = rt.vanilla_proposal(torch.tensor([True, False]), vm)
+    assert r.dtype == torch.float64 and r.tolist() == [1.0, 0.0, 0.0]
+    assert np.array_equal(rt.vanilla_proposal(np.array([True, False]), vm), r.numpy())

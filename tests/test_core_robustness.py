@@ -76,6 +76,28 @@ def _case(path, n_t=12, c=2):
              calibration_probs=rng.dirichlet(np.ones(n_t), size=10))
 
 
+def test_kernels_for_names_a_tau_or_lam_that_is_not_a_number(tmp_path):
+    """Strings, bools and arrays were raw TypeErrors (or, for lam=True, taken as 1)."""
+    from fractions import Fraction
+
+    _case(tmp_path / "c.npz")
+    case = case_mod.load_case(tmp_path / "c.npz")
+    for tau in ("1", True, np.array([0.1, 0.2]), float("inf"), 0.0):
+        with pytest.raises(rt.InputError, match="--tau must be a finite number > 0"):
+            case_mod.kernels_for(case, "covariance", tau=tau)
+    for lam in ("0.5", True, 1.5):
+        with pytest.raises(rt.InputError, match=r"--lam must be in \[0, 1\]"):
+            case_mod.kernels_for(case, "marginal", lam=lam)
+    pruned = case_mod.case_from_arrays(
+        target_probs=case.target_probs, draft_probs=case.draft_probs[:, :6] / case.draft_probs[:, :6].sum(-1, keepdims=True),
+        draft_to_target=np.arange(6), calibration_probs=case.calibration_probs)
+    a, _ = case_mod.kernels_for(pruned, "marginal", lam=Fraction(1, 4))
+    b, _ = case_mod.kernels_for(pruned, "marginal", lam=0.25)
+    assert a.lam == b.lam == 0.25 and np.array_equal(a.w, b.w)
+    _, fo = case_mod.kernels_for(case, "identity", tau=np.float32(0.5), need_first_order=True)
+    assert fo.tau == 0.5
+
+
 def test_cli_exact_covariance_kernel_is_never_formed_and_gives_the_dense_numbers(tmp_path, capsys):
     """The CLI applies the exact covariance kernel a block of rows at a time (no N x N matrix,
     whatever N_T): every key of the contract is there, with the dense kernel's numbers."""

@@ -144,10 +144,30 @@ def test_a_byte_level_text_token_never_matches_a_special_token():
 @pytest.mark.parametrize("kept, message", [
     ({3, 1}, "kept_ids must be ordered"),
     ([[0, 1], [2]], "kept_ids must be a non-empty 1-D list of ids, got a ragged"),
+    ([0, 2, 0], "kept_ids lists target id 0 more than once"),
+    ([1, 4], r"kept_ids holds id 4, but the target has 4 ids \(0..3\)"),
+    ([0.5], "kept_ids must hold integer ids"),
+    ([np.nan], "kept_ids must hold integer ids"),
 ])
 def test_kept_ids_that_are_unordered_or_ragged_are_named(kept, message):
     with pytest.raises(rt.InputError, match=message):
         rt.VocabMap.from_kept_ids(kept, 4)
+
+
+def test_map_sizes_and_maps_are_checked_where_they_are_passed():
+    """An id list where a map belongs, and a bad size, are InputErrors naming the argument
+    (they were AttributeError, TypeError, or a message about draft_to_target)."""
+    q = np.array([0.5, 0.5])
+    for call in (lambda: rt.vanilla_proposal(q, [0, 1]), lambda: rt.tli_proposal(q, [0, 1]),
+                 lambda: rt.oov_cap(q, [0, 1]), lambda: rt.pruned_draft_probs(q, [0])):
+        with pytest.raises(rt.InputError, match="vocab_map must be a rdk_theory.VocabMap, got list"):
+            call()
+    for n in ("3", None, 0, -1, True, 2.5):
+        with pytest.raises(rt.InputError, match="n must be an integer >= 1"):
+            rt.VocabMap.identity(n)
+    with pytest.raises(rt.InputError, match="n_target must be an integer >= 1"):
+        rt.VocabMap.from_kept_ids([0], True)
+    assert rt.VocabMap.identity(np.int32(3)) == rt.VocabMap(3, np.arange(3))
 
 
 @pytest.mark.parametrize("ids", [{0}, frozenset({0}), np.array([0]), range(1), [0],
