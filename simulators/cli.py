@@ -36,6 +36,8 @@ def _emit(args, obj, lines):
 
 
 def _figure(args, fn, *a):
+    """Draw ``--figure`` after the results are printed: a write that fails at the end (the
+    disk filled up) then loses the figure, not the run's numbers."""
     if getattr(args, "figure", None):
         fn(args.figure, *a)
         if not args.json:
@@ -104,8 +106,8 @@ def cmd_block(args) -> int:
                  "Fractions before the exact enumeration.")
     from . import plots
 
-    _figure(args, plots.block_figure, results)
     _emit(args, {"gamma": args.gamma, "results": results}, lines)
+    _figure(args, plots.block_figure, results)
     return 0 if all(r["lossless"] for r in results) else 1
 
 
@@ -150,8 +152,9 @@ def cmd_speedup(args) -> int:
                      "gamma + 1 is faster; raise it to find the optimum (the row is at that gamma)")
     from . import plots
 
+    _emit(args, {"c": args.c, "rows": rows, "curves": curves}, lines)
     _figure(args, plots.speedup_figure, args.alpha, args.c, args.gamma_max, curves, best)
-    return _emit(args, {"c": args.c, "rows": rows, "curves": curves}, lines)
+    return 0
 
 
 # ------------------------------------------------------------------------------------- dsi
@@ -196,8 +199,8 @@ def cmd_dsi(args) -> int:
              f"grid points where SI is slower than non-SI: {out['si_slower_than_nonsi_points']} of {cs.size * as_.size}",
              f"max over grid of DSI - min(SI, non-SI) time per token: {worst:.3g} "
              f"({'DSI never slower' if worst <= 1e-12 else 'DSI SLOWER somewhere'})"]
-    _figure(args, plots.dsi_figure, sw)
     _emit(args, out, lines)
+    _figure(args, plots.dsi_figure, sw)
     return 0 if worst <= 1e-12 else 1
 
 
@@ -261,9 +264,10 @@ def cmd_disco(args) -> int:
         lines.append(f"  {k:<16}{v['time_per_token']:>11.4f}{v['tokens_per_call']:>13.3f}"
                      f"{best_static / v['time_per_token'] - 1:>+8.1%}")
     lines.append("(the threshold is picked on the same run: an optimistic estimate for a tuned policy)")
+    _emit(args, out, lines)
     _figure(args, plots.disco_figure, args.c, static, oracle, st, runs["oracle"]["time_per_token"],
             thr[best_thr_key]["time_per_token"] if thr else np.nan)
-    return _emit(args, out, lines)
+    return 0
 
 
 # ---------------------------------------------------------------------------------- spectr
@@ -361,8 +365,9 @@ def cmd_string(args) -> int:
     for c in cost:
         t = f"{c['enumeration_seconds']:.2e}" if "enumeration_seconds" in c else "-"
         lines.append(f"{c['length']:>7}{c['segmentations']:>15}{t:>15}")
+    _emit(args, out, lines)
     _figure(args, plots.string_cost_figure, cost)
-    return _emit(args, out, lines)
+    return 0
 
 
 # -------------------------------------------------------------------------------- register
@@ -413,6 +418,10 @@ def _figure_path(text):
     if not os.path.isdir(folder):
         raise argparse.ArgumentTypeError(f"{text!r}: the folder {folder!r} does not exist "
                                          "or is not a folder")
+    if os.path.isdir(path):  # 'figdir' names the folder 'figdir.png'
+        raise argparse.ArgumentTypeError(f"{path!r} is a folder, not a file")
+    if not os.access(path if os.path.exists(path) else folder, os.W_OK):
+        raise argparse.ArgumentTypeError(f"{path!r} cannot be written (no write permission)")
     return path
 
 

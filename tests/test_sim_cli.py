@@ -95,9 +95,11 @@ def test_spectr_and_string(capsys):
     ["speedup", "--figure", "{tmp}/"],  # names a folder, not a file
     ["speedup", "--figure", "{tmp}/fig."],
     ["dsi", "--figure", "{tmp}"],  # an existing folder: was written beside it as {tmp}.png
+    ["speedup", "--figure", "{tmp}/figdir"],  # figdir.png, the path written, is a folder
 ])
 def test_bad_input_exits_2_with_one_line(capsys, tmp_path, argv):
     (tmp_path / "a_file").write_text("")
+    (tmp_path / "figdir.png").mkdir()
     rc, out, err = _run(capsys, *[a.replace("{tmp}", str(tmp_path)) for a in argv])
     assert rc == 2
     assert err.startswith("error: ") and len(err.strip().splitlines()) == 1, err
@@ -178,3 +180,19 @@ def test_spectr_lp_optimum_of_disjoint_supports_is_plus_zero():
     opt = optimal_acceptance_lp([0.5, 0.5, 0.0, 0.0], [0.0, 0.0, 0.5, 0.5], 2)
     assert opt == 0.0 and math.copysign(1.0, opt) == 1.0
 
+
+
+def test_a_figure_that_fails_at_the_end_loses_the_figure_not_the_results(capsys, tmp_path,
+                                                                         monkeypatch):
+    """The numbers are printed before the figure is drawn: a write that fails then (a full
+    disk) is exit 2 with the JSON already on stdout."""
+    from simulators import plots
+
+    def full_disk(*_):
+        raise OSError(28, "No space left on device")
+
+    monkeypatch.setattr(plots, "speedup_figure", full_disk)
+    rc, out, err = _run(capsys, "speedup", "--alpha", "0.8", "--json", "--figure",
+                        str(tmp_path / "x.png"))
+    assert rc == 2 and "No space left on device" in err
+    assert json.loads(out)["rows"]
