@@ -19,6 +19,8 @@ def real_pair_report(args) -> dict | None:
 
     if not all(models.is_fetched(get_builtin(n)) for n in (DEFAULT_TARGET, DEFAULT_DRAFTER)):
         return None
+    from rdk_theory.report import capped_mean
+
     from . import collect, study
     from .harness import RunConfig, collect_pair
     from .pruning import kept_sizes_from_fractions
@@ -38,7 +40,7 @@ def real_pair_report(args) -> dict | None:
                                 exact_max_kept=16384 if quick else 40000)
     rows = []
     for f, r in zip(fractions, st["rows"]):
-        row = {"keep_fraction": float(f), "kept": r["kept"], "oov_cap": r["oov_cap"]}
+        row = {"keep_fraction": float(f), "kept": r["kept"], "oov_cap": capped_mean(r["oov_cap"])}
         row.update({c: r[c] for c in COLUMNS if r.get(c) is not None})
         rows.append(row)
     return {

@@ -50,3 +50,31 @@ def out_folder(out: str):
     except BaseException:
         remove_empty(made)
         raise
+
+
+def check_targets(out: str, names) -> None:
+    """InputError now, before the work, when a file the run will write in ``out`` is a folder
+    (it would fail only at the end, with the results computed)."""
+    for name in names:
+        if os.path.isdir(os.path.join(out, name)):
+            raise InputError(f"--out {out}: {name} is a folder; the run writes a file there")
+
+
+def write_replacing(path: str, write) -> None:
+    """``write(tmp)`` into a new file beside ``path``, then rename it onto ``path``: a write
+    that fails part-way (a full disk, a figure that cannot be drawn) leaves the previous
+    ``path`` as it was, and no partial file. The temporary name keeps ``path``'s suffix, which
+    matplotlib reads the format from."""
+    import tempfile
+
+    folder, name = os.path.split(path)
+    fd, tmp = tempfile.mkstemp(prefix=f".{name}.", suffix=os.path.splitext(name)[1],
+                               dir=folder or ".")
+    os.close(fd)
+    try:
+        write(tmp)
+        os.replace(tmp, path)
+    except BaseException:
+        if os.path.exists(tmp):
+            os.remove(tmp)
+        raise

@@ -8,7 +8,8 @@ import sys
 import numpy as np
 
 from .acceptance import acceptance_rate, oov_cap
-from .case import CASE_KEYS, KERNEL_CHOICES, kernel_options_used, kernels_for, load_case
+from .case import (CASE_KEYS, KERNEL_CHOICES, kernel_options_used, kernels_for, load_case,
+                   marginal_is_identity)
 from .proposals import SAMPLERS, build_proposals
 from .sampling import COUNT_CHUNK, sample_counts
 from .validation import KERNEL_ATOL, NEG_ATOL, PROB_ATOL, InputError, int_at_least
@@ -80,21 +81,27 @@ _ROLES = {"--kernel": "vanilla and TLI use no kernel",
           "--lam": "it is the marginal kernel's mixing weight (--kernel marginal)"}
 
 
-def warn_ignored_options(args, context: str, used: dict) -> None:
+def warn_ignored_options(args, context: str, used: dict, case=None) -> None:
     """One stderr line per kernel option given but not in ``used``
     (:func:`rdk_theory.case.kernel_options_used`), once the kernels are built (a bad value
     is still an error first). The run and its output are unchanged: the option is ignored,
-    as before, but no longer silently."""
+    as before, but no longer silently. With ``case``, also a line when ``--lam`` sets a
+    marginal kernel that is the identity on that case whatever its weight."""
     for opt, role in _ROLES.items():
         if getattr(args, opt[2:]) is not None and not used[opt]:
             print(f"warning: {opt} is ignored with {context}: {role}", file=sys.stderr)
+    if (used["--lam"] and args.lam is not None and args.lam != 0 and case is not None
+            and marginal_is_identity(case)):
+        print(f"warning: --lam {args.lam:g} has no effect: the marginal kernel is the identity "
+              "on this case (no calibration mass outside I), so exact RDK equals TLI",
+              file=sys.stderr)
 
 
 def cmd_acceptance(args) -> int:
     case = read_case(args.case)
     kind = args.kernel or "identity"
     kernel, first = kernels_for(case, kind, tau=args.tau, lam=args.lam)
-    warn_ignored_options(args, f"--kernel {kind}", kernel_options_used(kind))
+    warn_ignored_options(args, f"--kernel {kind}", kernel_options_used(kind), case)
     props = build_proposals(case.draft_probs, case.vocab_map, kernel=kernel, first_order=first,
                             check=False)
     result = {}
@@ -132,7 +139,8 @@ def cmd_sample(args) -> int:
     kernel, first = kernels_for(case, kind, tau=args.tau, lam=args.lam,
                                 need_exact=exact, need_first_order=need_fo)
     warn_ignored_options(args, f"--sampler {args.sampler}" + (f" --kernel {kind}" if exact else ""),
-                         kernel_options_used(kind, need_exact=exact, need_first_order=need_fo))
+                         kernel_options_used(kind, need_exact=exact, need_first_order=need_fo),
+                         case)
     q = case.draft_probs[args.context: args.context + 1]
     props = build_proposals(q, case.vocab_map, kernel=kernel,
                             first_order=first, check=False)

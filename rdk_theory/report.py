@@ -22,7 +22,7 @@ from importlib.metadata import entry_points
 import numpy as np
 
 from ._optional import import_failure
-from ._outdir import out_folder
+from ._outdir import check_targets, out_folder, write_replacing
 from ._progress import progress
 from .acceptance import acceptance_rate, oov_cap, total_variation
 from .case import DENSE_KERNEL_MAX_BYTES, default_tau
@@ -35,12 +35,19 @@ from .vocab import VocabMap, keep_most_frequent, pruned_draft_probs
 
 COLUMNS = ("vanilla", "tli", "rdk_exact", "rdk_first_order", "marginal")
 DEFAULT_KEEP = (1.0, 0.5, 0.25, 0.1, 0.05)
+REPORT_JSON, REPORT_FIGURE = "report.json", "acceptance_vs_kept.png"
 #: tau candidates, as multiples of default_tau (max calibration variance).
 TAU_MULTIPLIERS = (1e-4, 3e-4, 1e-3, 3e-3, 1e-2, 1e-1, 1.0)
 #: Smallest synthetic vocabulary: one topic of :func:`rdk_theory.synthetic.zipfian_lm` (24).
 MIN_VOCAB = 24
 #: Synthetic vocabulary size when ``--vocab`` is not given.
 DEFAULT_VOCAB = 2048
+
+
+def capped_mean(caps) -> float:
+    """The mean OOV cap ``p(I)``, at most 1: a drafter that keeps every id has ``p(I) = 1``,
+    which float64 sums of a row can miss by round-off (1 + 6e-15 on the real pair)."""
+    return min(1.0, float(np.mean(caps)))
 
 
 def _mean_alpha(p, r):
@@ -77,7 +84,7 @@ def synthetic_report(*, n: int, contexts: int, calibration: int, keep, seed: int
         exact, approx = kernel.transport(tli), fo.transport(tli)
         rows.append({
             "keep_fraction": float(frac), "kept": k,
-            "oov_cap": float(np.mean(oov_cap(pe, vm, check=False))),
+            "oov_cap": capped_mean(oov_cap(pe, vm, check=False)),
             "vanilla": _mean_alpha(pe, props["vanilla"][evalp]),
             "tli": _mean_alpha(pe, tli),
             "rdk_exact": _mean_alpha(pe, exact),
@@ -192,6 +199,7 @@ def cmd_report(args) -> int:
     # synthetic, and under auto only once the real pair turned out not to be fetched
     n = _synthetic_vocab(args) if args.source == "synthetic" else None
     with out_folder(args.out):  # a failed run leaves no empty folder of its own behind
+        check_targets(args.out, (REPORT_JSON, REPORT_FIGURE))
         return _run_report(args, keep, n)
 
 
@@ -205,8 +213,8 @@ def _run_report(args, keep, n) -> int:
         if report is None and args.source == "real":
             raise InputError("the real models are not fetched: run 'rdk-theory models fetch'")
         if report is None:
-            print("real models not fetched ('rdk-theory models fetch'): using the synthetic "
-                  "Zipfian LM", file=sys.stderr)
+            print("warning: real models not fetched ('rdk-theory models fetch'): using the "
+                  "synthetic Zipfian LM", file=sys.stderr)
         elif args.vocab is not None:
             print(f"warning: --vocab {args.vocab} ignored: it sizes the synthetic LM, and the "
                   "real model pair has its own vocabulary (--source synthetic uses it)",
@@ -216,21 +224,26 @@ def _run_report(args, keep, n) -> int:
         report = synthetic_report(n=n, contexts=32 if args.quick else 64,
                                   calibration=128 if args.quick else 256, keep=keep,
                                   seed=args.seed)
-    json_path = os.path.join(args.out, "report.json")
-    fig_path = os.path.join(args.out, "acceptance_vs_kept.png")
-    with open(json_path, "w") as fh:
-        json.dump(report, fh, indent=2)
+    # the table first: a write that fails at the end (a full disk) does not lose the numbers
+    print(report.get("description", report["source"]))
+    print(format_table(report), flush=True)
+    json_path = os.path.join(args.out, REPORT_JSON)
+    fig_path = os.path.join(args.out, REPORT_FIGURE)
     skipped = None
-    try:
-        plot_report(report, fig_path)
+    try:  # each file is replaced whole or left as it was (never half-written)
+        write_replacing(fig_path, lambda tmp: plot_report(report, tmp))
     except ImportError as exc:  # matplotlib is the optional [plot] extra: the JSON has every number
         fig_path, skipped = None, exc
-    print(report.get("description", report["source"]))
-    print(format_table(report))
+    write_replacing(json_path, lambda tmp: _write_json(report, tmp))
     print(f"\nwrote {json_path}" + (f"\nwrote {fig_path}" if fig_path else ""))
     if skipped is not None:
         print(f"figure skipped: {import_failure(skipped)}", file=sys.stderr)
     return 0
+
+
+def _write_json(report: dict, path: str) -> None:
+    with open(path, "w") as fh:
+        json.dump(report, fh, indent=2)
 
 
 def register(sub) -> None:
@@ -261,5 +274,6 @@ def register(sub) -> None:
                         "calibration rows, N at most 1024; real pair, 128 positions instead "
                         "of 512 and exact RDK up to K = 16384 instead of 40000")
     p.add_argument("--out", default=os.path.join("outputs", "report"),
-                   help="output directory for report.json and the figure (default %(default)s)")
+                   help="output directory for report.json and the figure, which replace "
+                        "those of an earlier run there (default %(default)s)")
     p.set_defaults(func=cmd_report)

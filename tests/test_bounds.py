@@ -290,3 +290,29 @@ def test_best_mixing_lambda_with_ties_between_p_and_the_proposal():
         w = grid_laws(1, n)[0]
         _, best = best_mixing_lambda(p, qp, w)
         assert best == _best_by_brute_force(p, qp, w)
+
+
+def test_bounds_table_never_prints_a_false_inequality(tmp_path, capsys, monkeypatch):
+    """Identical calibration rows make first-order and exact RDK agree up to round-off, and
+    the gap (1.1e-16 in review) then exceeded the TV (8.3e-17) by round-off while the table
+    printed a plain '<=' between them. The relation printed is now the one that holds: here
+    the gap is set to each side of the TV (the round-off itself depends on the BLAS)."""
+    import proofs.cli as pc
+
+    rng = np.random.default_rng(0)
+    np.savez(tmp_path / "c.npz", target_probs=rng.dirichlet(np.ones(6), size=4),
+             draft_probs=rng.dirichlet(np.ones(4), size=4), draft_to_target=np.array([0, 2, 3, -1]),
+             calibration_probs=np.tile(rng.dirichlet(np.ones(6)), (5, 1)))
+    real = pc.compute_bounds
+    for gap, tv, holds, want in [(1.1e-16, 8.3e-17, True, "<= (within 1e-12 round-off) max TV"),
+                                 (0.02, 0.03, True, "= 0.02 <= max TV = 0.03"),
+                                 (0.04, 0.03, False, "> (the bound FAILS) max TV")]:
+        def fake(*a, **kw):
+            res = real(*a, **kw)
+            res["first_order_error"] = {"max_tv": tv, "max_alpha_gap": gap, "bound_holds": holds}
+            return res
+
+        monkeypatch.setattr(pc, "compute_bounds", fake)
+        assert main(["bounds", str(tmp_path / "c.npz"), "--kernel", "covariance"]) == 0
+        line = [x for x in capsys.readouterr().out.splitlines() if x.startswith("first-order")]
+        assert want in line[0], line

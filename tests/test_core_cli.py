@@ -388,3 +388,30 @@ def test_every_option_of_every_command_states_its_default():
                 yield f"{path} {'/'.join(act.option_strings)}"
 
     assert list(undocumented(build_parser(), "rdk-theory")) == []
+
+
+def test_lam_says_when_the_marginal_kernel_is_the_identity_whatever_its_weight(tmp_path, capsys):
+    """No calibration mass outside I: the marginal kernel is the identity and --lam changes
+    nothing; each command that builds it says so once (it was silent), and the numbers are
+    those without --lam."""
+    cal = np.random.default_rng(1).dirichlet(np.ones(12), size=20)
+    oov = [1, 4, 6, 8, 9, 10, 11]  # the target ids draft_to_target never reaches
+    cal[:, oov] = 0
+    cal /= cal.sum(-1, keepdims=True)
+    _write_case(tmp_path / "case.npz", calibration_probs=cal)
+    case = str(tmp_path / "case.npz")
+    want = "warning: --lam 0.5 has no effect: the marginal kernel is the identity on this case"
+    for argv in (["acceptance", case, "--kernel", "marginal"],
+                 ["bounds", case, "--kernel", "marginal"],
+                 ["sample", case, "--sampler", "rdk_exact", "--kernel", "marginal", "--context",
+                  "0", "--n", "50", "--seed", "0"]):
+        code, out, err = _run(capsys, *argv, "--lam", "0.5", "--json")
+        assert code == 0 and err.strip().splitlines() == [want + " (no calibration mass outside "
+                                                          "I), so exact RDK equals TLI"], err
+        assert (code, out, "") == _run(capsys, *argv, "--json")
+    code, _, err = _run(capsys, "acceptance", case, "--kernel", "marginal", "--lam", "0", "--json")
+    assert code == 0 and err == ""  # lam = 0 asks for the identity: nothing to say
+    _write_case(tmp_path / "mass.npz")
+    code, _, err = _run(capsys, "acceptance", str(tmp_path / "mass.npz"), "--kernel", "marginal",
+                        "--lam", "0.5", "--json")
+    assert code == 0 and err == ""

@@ -512,6 +512,45 @@ def test_report_out_under_a_file_exits_2_with_one_line(tmp_path, capsys, monkeyp
     assert len(err) == 1 and err[0].startswith("error: ") and str(tmp_path / "f") in err[0], err
 
 
+def test_report_refuses_an_output_file_that_is_a_folder_before_the_sweep(tmp_path, capsys,
+                                                                        monkeypatch):
+    """acceptance_vs_kept.png as a folder failed only at the end, after report.json had
+    already been replaced: now it is refused first, and the earlier report is untouched."""
+    import rdk_theory.report as report
+
+    def swept(**kwargs):
+        raise AssertionError("the sweep ran before the output files were checked")
+
+    monkeypatch.setattr(report, "synthetic_report", swept)
+    (tmp_path / "acceptance_vs_kept.png").mkdir()
+    (tmp_path / "report.json").write_text("EARLIER")
+    assert main(["report", "--source", "synthetic", "--quick", "--out", str(tmp_path)]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "acceptance_vs_kept.png is a folder" in err[0], err
+    assert (tmp_path / "report.json").read_text() == "EARLIER"
+
+
+def test_report_prints_its_table_and_keeps_the_earlier_files_when_a_write_fails(
+        tmp_path, capsys, monkeypatch):
+    """A figure that cannot be written at the end (a full disk here) is exit 2 with the table
+    already printed, the earlier report.json as it was, and no partial files."""
+    import rdk_theory.report as report
+
+    def full_disk(rep, path):
+        open(path, "w").write("partial")
+        raise OSError(28, "No space left on device")
+
+    monkeypatch.setattr(report, "plot_report", full_disk)
+    (tmp_path / "report.json").write_text("EARLIER")
+    assert main(["report", "--source", "synthetic", "--quick", "--vocab", "24", "--keep", "1,0.5",
+                 "--out", str(tmp_path)]) == 2
+    out, err = capsys.readouterr()
+    assert "No space left on device" in err and "oov_cap" not in err
+    assert "TLI" in out or "tli" in out  # the table came out before the failed write
+    assert (tmp_path / "report.json").read_text() == "EARLIER"
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["report.json"]
+
+
 def test_report_figure_draws_the_kept_fractions_in_order(tmp_path, monkeypatch):
     """--keep in any order: every line of the figure runs left to right (an unsorted --keep
     drew loops on the log axis); the table keeps the order given."""
@@ -674,8 +713,7 @@ def test_report_without_matplotlib_writes_the_json_and_says_the_figure_was_skipp
     assert main(["report", "--source", "synthetic", "--quick", "--vocab", "24", "--keep", "1,0.5",
                  "--out", str(tmp_path)]) == 0
     out, err = capsys.readouterr()
-    assert (tmp_path / "report.json").exists()
-    assert not (tmp_path / "acceptance_vs_kept.png").exists()
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["report.json"]  # no temporary file
     assert "wrote" in out and "acceptance_vs_kept.png" not in out
     assert "figure skipped: matplotlib is not installed" in err
 
@@ -731,7 +769,7 @@ def test_report_vocab_sizes_the_synthetic_lm_only(tmp_path, capsys, monkeypatch)
     monkeypatch.setattr(report_mod, "_real_source", lambda: (lambda args: None))
     assert main(["report", "--vocab", "23", "--out", str(tmp_path)]) == 2
     err = capsys.readouterr().err.strip().splitlines()
-    assert err[0].startswith("real models not fetched")
+    assert err[0].startswith("warning: real models not fetched")
     assert err[1:] == ["error: --vocab must be >= 24 (one topic of the synthetic LM), got 23"]
 
 
