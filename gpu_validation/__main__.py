@@ -4,15 +4,17 @@ from __future__ import annotations
 import argparse
 import sys
 
-from rdk_theory.cli import run_command
+from rdk_theory.cli import EXIT_BAD_INPUT, _Parser, run_command
 
-from .cli import VALIDATE_EPILOG, add_run_arguments, cmd_models, cmd_validate, register_models
+from .cli import VALIDATE_EPILOG, add_run_arguments, cmd_validate, register_models
+
+PROG = "python -m gpu_validation"
 
 
 def main(argv=None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m gpu_validation",
-                                     description="Real-model validation of rdk_theory.")
-    sub = parser.add_subparsers(dest="command", metavar="COMMAND")
+    # usage errors in rdk-theory's one-line form: "error: ...", exit status 2
+    parser = _Parser(prog=PROG, description="Real-model validation of rdk_theory.")
+    sub = parser.add_subparsers(dest="command", metavar="COMMAND", parser_class=_Parser)
     run = sub.add_parser("run", help="run the validation", epilog=VALIDATE_EPILOG,
                          formatter_class=argparse.RawDescriptionHelpFormatter)
     add_run_arguments(run)
@@ -20,8 +22,9 @@ def main(argv=None) -> int:
     register_models(sub)
     args = parser.parse_args(argv)
     if not getattr(args, "func", None):
-        parser.print_help()
-        return 2
+        print(f"error: {PROG}: a COMMAND is required, one of: {', '.join(sub.choices)} "
+              f"(see '{PROG} --help')", file=sys.stderr)
+        return EXIT_BAD_INPUT
     return run_command(args.func, args)  # errors as `rdk-theory validate` reports them
 
 

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import argparse
 import os
+import re
 import select
 import sys
 from importlib.metadata import entry_points
@@ -27,8 +28,20 @@ def _one_line(message: str) -> str:
     return message.replace("\r", "\\r").replace("\n", "\\n")
 
 
+#: What a negative number looks like on the command line: argparse's own pattern takes only
+#: ``-1`` and ``-0.5``, so ``--tau -1e-3`` and ``--lam -inf`` were "expected one argument"
+#: instead of the value's own error.
+_NEGATIVE_NUMBER = re.compile(r"^-(\d+\.?\d*|\.\d+)(e[-+]?\d+)?$|^-(inf|infinity|nan)$",
+                              re.IGNORECASE)
+
+
 class _Parser(argparse.ArgumentParser):
-    """Usage errors in the same one-line form as bad input: ``error: ...``, exit status 2."""
+    """Usage errors in the same one-line form as bad input: ``error: ...``, exit status 2;
+    negative numbers in any float notation are values, not options."""
+
+    def __init__(self, *args, **kwargs):
+        super().__init__(*args, **kwargs)
+        self._negative_number_matcher = _NEGATIVE_NUMBER
 
     def error(self, message):
         self.exit(EXIT_BAD_INPUT, _one_line(f"error: {self.prog}: {message} (see '{self.prog} "

@@ -415,3 +415,18 @@ def test_lam_says_when_the_marginal_kernel_is_the_identity_whatever_its_weight(t
     code, _, err = _run(capsys, "acceptance", str(tmp_path / "mass.npz"), "--kernel", "marginal",
                         "--lam", "0.5", "--json")
     assert code == 0 and err == ""
+
+
+@pytest.mark.parametrize("option, value, want", [
+    ("--tau", "-1e-3", "error: --tau must be a finite number > 0, got -0.001"),
+    ("--tau", "-.5", "error: --tau must be a finite number > 0, got -0.5"),
+    ("--lam", "-inf", "error: --lam must be in [0, 1], got -inf"),
+    ("--lam", "-1E-300", "error: --lam must be in [0, 1], got -1e-300"),
+])
+def test_negative_numbers_in_float_notation_are_values(tmp_path, capsys, option, value, want):
+    """argparse's own pattern reads only -1 and -0.5 as numbers: these were 'argument --tau:
+    expected one argument'."""
+    _write_case(tmp_path / "case.npz")
+    code, out, err = _run(capsys, "acceptance", str(tmp_path / "case.npz"), "--kernel",
+                          "marginal" if option == "--lam" else "covariance", option, value)
+    assert (code, out, err.strip().splitlines()) == (2, "", [want])

@@ -143,6 +143,18 @@ def test_cli_models_list_and_bad_input(tmp_path, monkeypatch, capsys):
     from gpu_validation.__main__ import main as module_main
     assert module_main(["models"]) == 2  # the message names the program that ran
     assert capsys.readouterr().err.startswith("error: python -m gpu_validation models: an action")
+    # usage errors of the module's own parser: one line, as rdk-theory's (a usage block before)
+    for argv, want in ((["run", "--positions", "0"], "error: python -m gpu_validation run: "
+                        "argument --positions: expected an integer >= 1, got 0"),
+                       ([], "error: python -m gpu_validation: a COMMAND is required, one of: "
+                        "run, models")):
+        try:
+            code = module_main(argv)
+        except SystemExit as exc:
+            code = exc.code
+        out, err = capsys.readouterr()
+        assert code == 2 and out == "" and len(err.strip().splitlines()) == 1, (out, err)
+        assert err.startswith(want), err
     assert main(["validate", "--kept", "4096,abc"]) == 2
     assert "--kept" in capsys.readouterr().err
     # a kept size beyond the built-in drafter's vocabulary: refused before any model loads
