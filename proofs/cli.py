@@ -25,7 +25,7 @@ def cmd_prove(args) -> int:
 
     ids = None
     if args.only is not None:
-        ids = [s.strip() for s in args.only.split(",") if s.strip()]
+        ids = list(dict.fromkeys(s.strip() for s in args.only.split(",") if s.strip()))  # once each
         if not ids:
             raise InputError(f"--only {args.only!r} names no statement; known: "
                              f"{', '.join(STATEMENTS)}")

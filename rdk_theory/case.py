@@ -69,6 +69,10 @@ def load_case(path) -> Case:
             others = tuple(sorted(set(z.files) - set(CASE_KEYS)))
     except Exception as exc:  # corrupt zip, pickled objects, not an npz ...
         raise InputError(f"cannot read {path} as .npz: {exc}") from None
+    for key, value in known.items():  # numpy returns a member that is not .npy as its bytes
+        if not isinstance(value, np.ndarray):
+            raise InputError(f"cannot read {path} as .npz: its member {key}.npy is not a numpy "
+                             "array file")
     case = case_from_arrays(**known, source=path)
     case.ignored_keys = others
     return case

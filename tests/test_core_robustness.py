@@ -337,13 +337,20 @@ def test_acceptance_json_is_a_probability_and_inputs_within_tolerance_are_renorm
     (["acceptance", "{text}"], "not an .npz archive"),
     (["acceptance", "{npy}"], "not an .npz archive"),
     (["acceptance", "{tmp}/no\nsuch.npz"], "no\\nsuch.npz"),  # a line break in the name
+    # a zip whose target_probs.npy is not a .npy file: numpy gives its bytes, which read as
+    # "must be 2-D, got ()"
+    (["acceptance", "{badmember}"], "its member target_probs.npy is not a numpy array file"),
 ])
 def test_more_cli_edge_cases_exit_2_with_one_line(tmp_path, capsys, argv, message):
     _case(tmp_path / "c.npz")
     (tmp_path / "t.txt").write_text("target_probs 0.5 0.5\n")
     np.save(tmp_path / "a.npy", np.ones(3))
+    import zipfile
+    with zipfile.ZipFile(tmp_path / "bad.npz", "w") as z:
+        z.writestr("target_probs.npy", "not an array")
+        z.writestr("draft_probs.npy", (tmp_path / "a.npy").read_bytes())
     subs = {"{case}": tmp_path / "c.npz", "{tmp}": tmp_path, "{text}": tmp_path / "t.txt",
-            "{npy}": tmp_path / "a.npy"}
+            "{npy}": tmp_path / "a.npy", "{badmember}": tmp_path / "bad.npz"}
     argv = [str(subs.get(a, a)).replace("{tmp}", str(tmp_path)) for a in argv]
     try:
         code = main(argv)
