@@ -81,22 +81,39 @@ def optimal_gamma(alpha: float, c: float, gamma_max: int = 64) -> tuple[int, flo
     return int(gammas[i]), float(s[i])
 
 
-def mean_ci(samples, level: float = 0.999) -> tuple[float, float, float]:
-    """``(mean, lo, hi)``: normal-approximation two-sided CI at ``level`` for the mean."""
+def _standard_error(x, sd) -> float:
+    """The mean's standard error: from the law's standard deviation ``sd`` when it is known,
+    else from the sample's (infinite for fewer than two samples)."""
+    if sd is not None:
+        return float(sd) / math.sqrt(x.size)
+    return float(x.std(ddof=1)) / math.sqrt(x.size) if x.size > 1 else math.inf
+
+
+def mean_ci(samples, level: float = 0.999, *, sd: float | None = None) -> tuple[float, float, float]:
+    """``(mean, lo, hi)``: normal-approximation two-sided CI at ``level`` for the mean.
+
+    ``sd``: the standard deviation of the samples' law when it is known (an exact block law):
+    with the sample's own, two equal draws gave an interval of width 0 around a wrong mean."""
     from scipy import stats
 
     x = np.asarray(samples, dtype=np.float64)
+    if x.size == 0:
+        raise ValueError("mean_ci needs at least one sample")
     m = float(x.mean())
-    half = float(stats.norm.ppf(0.5 + level / 2) * x.std(ddof=1) / math.sqrt(x.size)) if x.size > 1 else math.inf
+    half = float(stats.norm.ppf(0.5 + level / 2)) * _standard_error(x, sd)
     return m, m - half, m + half
 
 
-def z_pvalue(samples, expected: float) -> float:
-    """Two-sided p-value that ``samples`` (i.i.d., finite variance) have mean ``expected`` (CLT)."""
+def z_pvalue(samples, expected: float, *, sd: float | None = None) -> float:
+    """Two-sided p-value that ``samples`` (i.i.d., finite variance) have mean ``expected`` (CLT),
+    with the law's standard deviation ``sd`` when known, else the sample's. A standard error
+    of 0 (a law with one value) gives 1 where the mean is ``expected`` and 0 elsewhere."""
     from scipy import stats
 
     x = np.asarray(samples, dtype=np.float64)
-    se = x.std(ddof=1) / math.sqrt(x.size)
+    if x.size == 0:
+        raise ValueError("z_pvalue needs at least one sample")
+    se = _standard_error(x, sd)
     if se == 0:
         return 1.0 if abs(x.mean() - expected) < 1e-12 else 0.0
     return float(2 * stats.norm.sf(abs(x.mean() - expected) / se))

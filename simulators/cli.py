@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import math
 import sys
 import time
 
@@ -85,9 +86,13 @@ def cmd_block(args) -> int:
             fl = make_proposal_fn(pair.drafter, pair.vocab_map, s, exact=False, **kw)
             lengths = np.array([len(b) for b in simulate_blocks(pair.target.float_copy(), fl, args.gamma,
                                                                 args.mc, rng)])
-            m, lo, hi = mean_ci(lengths, 0.999)
-            row["mc"] = {"n": int(args.mc), "mean": m, "ci999": [lo, hi],
-                         "z_pvalue": z_pvalue(lengths, float(blk.expected_tokens))}
+            # the exact law's standard deviation: two equal draws gave a zero-width interval
+            mean = float(blk.expected_tokens)
+            sd = math.sqrt(max(0.0, sum(float(v) * (int(k) - mean) ** 2
+                                        for k, v in blk.length_law.items())))
+            m, lo, hi = mean_ci(lengths, 0.999, sd=sd)
+            row["mc"] = {"n": int(args.mc), "mean": m, "ci999": [lo, hi], "law_sd": sd,
+                         "z_pvalue": z_pvalue(lengths, mean, sd=sd)}
         results.append(row)
     lines = [f"one speculative iteration, gamma = {args.gamma}, toy pairs seed {args.seed} "
              f"(covariance kernel tau = default: max calibration variance)",

@@ -43,6 +43,10 @@ ProposalFn = Callable[[tuple], np.ndarray]
 
 #: Largest denominator kept when rationalising a float64 proposal.
 RATIONAL_MAX_DENOMINATOR = 1 << 20
+#: Float mode: a rejection mass up to this with an empty residual is the round-off of
+#: ``r = p`` (``1 - sum r`` of a row that sums to 1 - 1e-16), and draws from ``p``; more is
+#: a proposal inconsistent with ``p``.
+FLOAT_REJECT_ROUNDOFF = 1e-9
 
 
 def rationalise(vec, total=1) -> np.ndarray:
@@ -190,11 +194,17 @@ def block_law(target, proposal_fn: ProposalFn, gamma: int, prefix=()) -> BlockLa
             reject = reject + r[x] * (1 - acc)
         reject = reject + (1 - r.sum())  # a drafter token the target lacks: always rejected
         if reject != 0:
+            residual, res_total = excess, ex_total
             if ex_total == 0:
-                raise AssertionError("rejection with an empty residual: proposal inconsistent with p")
+                # in floats, r = p up to round-off (sum r missing 1 by an ulp) leaves a rejection
+                # mass of that size and no residual: the samplers then draw from p itself
+                if p.dtype == object or reject > FLOAT_REJECT_ROUNDOFF:
+                    raise AssertionError("rejection with an empty residual: proposal "
+                                         "inconsistent with p")
+                residual, res_total = p, p.sum()
             for y in range(len(p)):
-                if excess[y] != 0:
-                    add(block + (y,), w * reject * excess[y] / ex_total)
+                if residual[y] != 0:
+                    add(block + (y,), w * reject * residual[y] / res_total)
 
     walk((), 1, 0)
     return BlockLaw(law, int(gamma), prefix)

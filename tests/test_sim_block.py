@@ -94,6 +94,35 @@ def test_mean_ci_and_z_pvalue_known_values():
     assert z_pvalue(x, 0.5) == 1.0
     assert_close(z_pvalue(x, 0.5 + stats.norm.ppf(0.975) * s / 10), 0.05)
     assert_close(z_pvalue(x, 0.5 - stats.norm.ppf(0.975) * s / 10), 0.05)
+    # a known law's sd (Bernoulli(1/2): 1/2) replaces the sample's: two equal draws gave an
+    # interval of width 0 and a p-value of 0 against the true mean
+    m, lo, hi = mean_ci([1.0, 1.0], 0.999, sd=0.5)
+    assert m == 1.0 and lo < 0.5 < hi
+    assert_close(hi - m, stats.norm.ppf(0.9995) * 0.5 / np.sqrt(2))
+    assert_close(z_pvalue([1.0, 1.0], 0.5, sd=0.5), 2 * stats.norm.sf(np.sqrt(2)))
+    assert z_pvalue([3.0, 3.0], 3.0, sd=0.0) == 1.0 and z_pvalue([3.0, 3.0], 2.0, sd=0.0) == 0.0
+    with pytest.raises(ValueError, match="at least one sample"):
+        mean_ci([])
+
+
+def test_block_cli_interval_uses_the_exact_law_and_covers_the_mean_with_two_draws(capsys):
+    """--mc 2: the interval's width comes from the exact law of L, so two equal draws no
+    longer give [1.0000, 1.0000] and a p-value of 0 against an exact mean of 1.77."""
+    import json
+
+    from scipy import stats
+
+    from rdk_theory.cli import main
+
+    assert main(["simulate", "block", "--gamma", "1", "--pair", "pruned", "--sampler",
+                 "rdk_first_order", "--mc", "2", "--json"]) == 0
+    row = json.loads(capsys.readouterr().out)["results"][0]
+    law = {int(k): v for k, v in row["length_law"].items()}
+    sd = np.sqrt(sum(v * (k - row["expected_tokens"]) ** 2 for k, v in law.items()))
+    assert_close(row["mc"]["law_sd"], sd)
+    lo, hi = row["mc"]["ci999"]
+    assert_close(hi - lo, 2 * stats.norm.ppf(0.9995) * sd / np.sqrt(2))
+    assert row["mc"]["z_pvalue"] > 1e-3
 
 
 @pytest.mark.parametrize("bad", [float("nan"), None, "3", 2.5, -1])

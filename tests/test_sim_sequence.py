@@ -176,3 +176,21 @@ def test_rationalised_proposal_keeps_the_mass_of_target_id_zero():
                        make_proposal_fn(drafter.float_copy(), vm, "rdk_exact", kernel=kern, exact=False), 2)
     assert exact.expected_tokens > 1
     assert abs(float(exact.expected_tokens) - approx.expected_tokens) < 1e-6
+
+
+@pytest.mark.parametrize("sampler", ["vanilla", "tli"])
+def test_float_block_law_of_a_drafter_equal_to_the_target(sampler):
+    """r = p in floats: the row (0.6, 0.1, 0.2, 0.1) sums to 1 - 1e-16, whose round-off was a
+    rejection with an empty residual, raised as 'proposal inconsistent with p'. Every draft
+    is accepted: L = gamma + 1 up to that round-off. A real inconsistency still raises."""
+    from simulators.toy_lm import MarkovLM
+
+    p = np.array([0.6, 0.1, 0.2, 0.1])
+    target = MarkovLM(4, 0, {(): p})
+    fn = make_proposal_fn(MarkovLM(4, 0, {(): p.copy()}), VocabMap.identity(4), sampler,
+                          exact=False)
+    law = block_law(target, fn, 2)
+    assert abs(law.expected_tokens - 3) < 1e-12 and abs(law.length_law[3] - 1) < 1e-12
+    short = np.array([0.5, 0.1, 0.2, 0.1])  # r = p on a "law" that sums to 0.9: reject 0.1
+    with pytest.raises(AssertionError, match="inconsistent with p"):
+        block_law(MarkovLM(4, 0, {(): short}), lambda ctx: short, 1)
