@@ -38,6 +38,29 @@ def test_k1_with_enough_servers_has_the_closed_form():
     assert [dsi.servers_needed(0.3, k) for k in (1, 2, 3, 4)] == [4, 2, 2, 1]
 
 
+@pytest.mark.parametrize("c,k,servers", [(0.1, 2, 3), (0.05, 1, 7), (0.3, 1, 2), (0.02, 10, 2),
+                                           (0.5, 2, 1), (0.1, 1, 20)])
+def test_closed_form_cost_is_the_sum_over_the_recursive_schedule(c, k, servers):
+    """E[tau] (1 - a) summed term by term over the recursion's start times (independent of
+    the closed forms of the schedule and of the sum), to the tail below 1e-17."""
+    for a in (0.0, 0.3, 0.9, 0.99):
+        n = 2 + (int(math.ceil(math.log(1e-17) / (k * math.log(a)))) if a > 0 else 0)
+        starts = _recursive_starts(n + 1, c, k, servers)
+        j = np.arange(1, n + 1)
+        weights = np.concatenate([[1 - a], a ** ((j - 1) * k + 1) - a ** (j * k + 1)])
+        assert_close(dsi.dsi_cost(c, a, k, servers), float(weights @ (starts + 1)) * (1 - a))
+
+
+def test_cost_near_a_equal_one_needs_no_truncated_sum():
+    """a = 1 - 1e-9 made the truncated sum allocate 274 GiB; the closed form gives the k = 1
+    law c + (1 - c)(1 - a) there; with one server, task j starts at j and settles k drafts,
+    so the cost tends to 1 / k as a -> 1."""
+    for a in (1 - 1e-9, 1 - 1e-15):
+        assert_close(dsi.dsi_cost(0.1, a, 1, 20), 0.1 + 0.9 * (1 - a))
+        assert abs(dsi.dsi_cost(0.1, a, 2, 1) - 0.5) < 1e-8
+        assert 0 < dsi.dsi_cost(0.1, a, 2, 2) <= 1
+
+
 def test_best_lookahead_keeps_k_c_at_most_one():
     """The model is valid only for k c <= 1 (a lookahead finishes before the target call it
     waits for); with one server an unconstrained search would pick k = 3 at c = 0.4."""
