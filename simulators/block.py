@@ -75,6 +75,8 @@ def optimal_gamma(alpha: float, c: float, gamma_max: int = 64) -> tuple[int, flo
 
     ``gamma = 0`` (speedup 1) means speculation does not pay.
     """
+    if np.ndim(alpha) != 0:
+        raise InputError(f"optimal_gamma takes one acceptance rate, got {alpha!r}")
     gammas = np.arange(0, _check_gamma(gamma_max) + 1)
     s = np.array([speedup(alpha, int(g), c) for g in gammas])
     i = int(np.argmax(s))
@@ -98,7 +100,7 @@ def mean_ci(samples, level: float = 0.999, *, sd: float | None = None) -> tuple[
 
     x = np.asarray(samples, dtype=np.float64)
     if x.size == 0:
-        raise ValueError("mean_ci needs at least one sample")
+        raise InputError("mean_ci needs at least one sample")
     m = float(x.mean())
     half = float(stats.norm.ppf(0.5 + level / 2)) * _standard_error(x, sd)
     return m, m - half, m + half
@@ -112,7 +114,7 @@ def z_pvalue(samples, expected: float, *, sd: float | None = None) -> float:
 
     x = np.asarray(samples, dtype=np.float64)
     if x.size == 0:
-        raise ValueError("z_pvalue needs at least one sample")
+        raise InputError("z_pvalue needs at least one sample")
     se = _standard_error(x, sd)
     if se == 0:
         return 1.0 if abs(x.mean() - expected) < 1e-12 else 0.0

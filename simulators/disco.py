@@ -31,16 +31,22 @@ import numpy as np
 
 from rdk_theory.acceptance import acceptance_rate
 from rdk_theory.sampling import InverseCdf
-from rdk_theory.validation import InputError, as_count
+from rdk_theory.validation import InputError, as_count, as_real_array, real_number
+
+
+def _check_cost(c) -> float:
+    value = real_number(c)
+    if value is None or not 0 <= value <= 1:  # NaN fails too
+        raise InputError(f"cost ratio c must be in [0, 1], got {c!r}: a drafter slower than the "
+                         "target never pays off (and the oracle bounds the policies only then)")
+    return value
 
 
 def _check_trace(alphas, c):
-    a = np.asarray(alphas, dtype=np.float64)
+    a = as_real_array(alphas, "trace")
     if a.ndim != 1 or a.size == 0 or np.any(a < 0) or np.any(a > 1) or not np.all(np.isfinite(a)):
         raise InputError("a trace must be a non-empty 1-D array of acceptances in [0, 1]")
-    if not 0 <= c <= 1:  # NaN fails too
-        raise InputError(f"cost ratio c must be in [0, 1], got {c}: a drafter slower than the "
-                         "target never pays off (and the oracle bounds the policies only then)")
+    _check_cost(c)
     return a
 
 
@@ -118,8 +124,10 @@ def trace_replay(alphas, c: float, policy, rng, n_runs: int = 1) -> np.ndarray:
     shared by all policies given the same ``rng`` state (common random numbers).
     """
     a = _check_trace(alphas, c)
+    if not (isinstance(policy, str) and policy == "oracle"):
+        policy = as_count(policy, "policy (\"oracle\" or a static draft length)")
     n = a.size
-    out = np.empty(int(n_runs))
+    out = np.empty(as_count(n_runs, "n_runs"))
     for r in range(int(n_runs)):
         ok = rng.random(n) < a
         t, time = 0, 0.0
@@ -160,6 +168,11 @@ def run_policy(target, proposal_fn, n_tokens: int, c: float, rng, *, policy="sta
     """
     if policy not in ("static", "oracle", "threshold"):
         raise InputError(f"unknown policy {policy!r}: static, oracle or threshold")
+    n_tokens, c = as_count(n_tokens, "n_tokens", 1), _check_cost(c)
+    gamma, gamma_max = as_count(gamma, "gamma"), as_count(gamma_max, "gamma_max")
+    window = as_count(window, "window", 1)
+    if real_number(threshold) is None or not 0 <= threshold <= 1:
+        raise InputError(f"threshold must be in [0, 1], got {threshold!r}")
     ctx = tuple(prefix)[-window:]
     emitted = iters = drafts = 0
     time = 0.0

@@ -68,6 +68,7 @@ def si_cost(c: float, a: float, k: int) -> float:
 
 def si_best(c: float, a: float, k_max: int = 64) -> tuple[int, float]:
     """The SI lookahead in ``1..k_max`` with the least time per token, and that time."""
+    k_max = as_count(k_max, "k_max", 1)
     costs = [si_cost(c, a, k) for k in range(1, int(k_max) + 1)]
     i = int(np.argmin(costs))
     return i + 1, float(costs[i])
@@ -113,7 +114,7 @@ def dsi_cost(c: float, a: float, k: int, servers: int) -> float:
 def dsi_best(c: float, a: float, servers: int, k_max: int = 64) -> tuple[int, float]:
     """The DSI lookahead ``k`` (``1 <= k <= min(k_max, 1/c)``) with the least time per token."""
     _check(c, a, 1, servers)
-    hi = max(1, min(int(k_max), int(math.floor(1 / c + 1e-12))))
+    hi = max(1, min(as_count(k_max, "k_max", 1), int(math.floor(1 / c + 1e-12))))
     costs = [dsi_cost(c, a, k, servers) for k in range(1, hi + 1)]
     i = int(np.argmin(costs))
     return i + 1, float(costs[i])
@@ -121,6 +122,7 @@ def dsi_best(c: float, a: float, servers: int, k_max: int = 64) -> tuple[int, fl
 
 def servers_needed(c: float, k: int) -> int:
     """Target servers at which the schedule stops waiting for a free server: ``ceil(1 / (k c))``."""
+    _check(c, 0.0, k)
     return int(math.ceil(1 / (k * c) - 1e-12))
 
 

@@ -89,6 +89,8 @@ def draft_target_token(drafter_next, rng, *, target_tokens=TARGET_TOKENS, max_to
                 return i
         probs = drafter_next(prefix)
         toks = list(probs)
+        if not toks:
+            raise InputError(f"the drafter has no next token after {prefix!r}")
         w = np.array([float(probs[t]) for t in toks])
         tok = toks[int(rng.choice(len(toks), p=w / w.sum()))]
         text, prefix = text + tok, prefix + (tok,)

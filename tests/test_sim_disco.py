@@ -137,3 +137,34 @@ def test_all_accepted_traces_are_exact_at_the_end():
     assert_close(disco.trace_replay(np.ones(5), 0.1, "oracle", rng)[0], 1.4)
     assert_close(disco.trace_replay(np.ones(5), 0.1, 2, rng)[0],
                  disco.trace_time_static(np.ones(5), 2, 0.1))
+
+
+@pytest.mark.parametrize("kwargs, message", [
+    ({"gamma": -1}, "gamma must be an integer >= 0"),  # time per token was 0.0
+    ({"c": -2.0}, r"cost ratio c must be in \[0, 1\]"),  # time per token was -1.25
+    ({"c": 5.0}, r"cost ratio c must be in \[0, 1\]"),
+    ({"n_tokens": 0}, "n_tokens must be an integer >= 1"),  # ZeroDivisionError
+    ({"policy": "threshold", "threshold": "0.4"}, r"threshold must be in \[0, 1\]"),
+    ({"window": 0}, "window must be an integer >= 1"),
+])
+def test_run_policy_refuses_settings_that_give_impossible_times(kwargs, message):
+    pair = toy_pair("same", seed=0)
+    fn = make_proposal_fn(pair.drafter.float_copy(), pair.vocab_map, "vanilla", exact=False)
+    args = {"n_tokens": 50, "c": 0.1, **kwargs}
+    with pytest.raises(disco.InputError, match=message):
+        disco.run_policy(pair.target.float_copy(), fn, args.pop("n_tokens"), args.pop("c"),
+                         np.random.default_rng(0), **args)
+
+
+@pytest.mark.parametrize("policy, c, message", [
+    (-1, 1.0, "policy .* must be an integer >= 0"),  # a time of 0 for 10 tokens
+    (2.7, 0.1, "policy .* must be an integer >= 0"),  # ran as static 2
+    ("foo", 0.1, "policy .* must be an integer >= 0"),
+    (2, None, r"cost ratio c must be in \[0, 1\]"),  # TypeError
+])
+def test_trace_replay_refuses_a_policy_that_is_not_oracle_or_a_length(policy, c, message):
+    with pytest.raises(disco.InputError, match=message):
+        disco.trace_replay(np.full(10, 0.5), c, policy, np.random.default_rng(0))
+    if c is None:
+        with pytest.raises(disco.InputError, match=message):
+            disco.trace_time_static([0.5], 1, c)

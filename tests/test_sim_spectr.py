@@ -100,3 +100,30 @@ def test_lp_ratio_is_kseq_over_the_optimum():
         assert row["ratio"] == row["kseq"] / row["lp_optimum"]
         assert_leq(row["ratio"], 1.0, slack=LP_ATOL)
     assert min(row["ratio"] for row in rows) < 1 - 1e-3  # some k where K-SEQ is not optimal
+
+
+def test_edge_arguments_are_input_errors_across_the_simulators():
+    """Each was a raw ZeroDivisionError, numpy ValueError or IndexError, or (dsi_best with
+    k_max = 0, kseq_law_by_enumeration with rho < 1) a silent answer outside the contract."""
+    from fractions import Fraction as F
+
+    from rdk_theory.validation import InputError
+    from simulators import block, dsi, strings
+
+    rng = np.random.default_rng(0)
+    half = np.array([0.5, 0.5])
+    for call, message in [
+        (lambda: dsi.servers_needed(0.0, 1), r"drafter cost c must be in \(0, 1\]"),
+        (lambda: dsi.si_best(0.1, 0.5, k_max=0), "k_max must be an integer >= 1"),
+        (lambda: dsi.dsi_best(0.1, 0.5, 2, k_max=0), "k_max must be an integer >= 1"),
+        (lambda: kseq_sample(half, half, 1.0, 0, 5, rng), "k must be an integer >= 1"),
+        (lambda: kseq_sample(half, half, 0.5, 1, 5, rng), "rho must be a real number >= 1"),
+        (lambda: kseq_law_by_enumeration(
+            np.array([F(1, 2), F(1, 2)], dtype=object), np.array([F(3, 4), F(1, 4)], dtype=object),
+            F(1, 2), 1), "rho must be a real number >= 1"),
+        (lambda: block.optimal_gamma([0.5, 0.6], 0.1, 5), "takes one acceptance rate"),
+        (lambda: block.mean_ci([]), "at least one sample"),
+        (lambda: strings.draft_target_token(lambda prefix: {}, rng), "no next token"),
+    ]:
+        with pytest.raises(InputError, match=message):
+            call()
