@@ -74,9 +74,8 @@ def string_step(target_probs, drafter_next, *, target_tokens=TARGET_TOKENS, draf
         "slem": slem_acceptance(p, ps),
         "slrs": slrs_acceptance(p, ps),
         "slrs_output_law": step_output_law(p, ps, check=False),
-        # SLEM's two branches: draft spells t (accepted, p psi) or not (rejected, p (1 - psi));
-        # either way the target's own draw t is emitted, so the law is p by construction.
-        "slem_output_law": p * ps + p * (1 - ps),
+        # no SLEM output law: the target's own draw is emitted whether the draft spells it or
+        # not, so SLEM's law is p by construction (a "check" of it could not fail)
     }
 
 

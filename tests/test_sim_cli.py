@@ -56,6 +56,7 @@ def test_spectr_and_string(capsys):
     rc, out, _ = _run(capsys, "string", "--max-length", "8", "--json")
     obj = json.loads(out)
     assert rc == 0 and all(r["slrs_lossless_exact"] and r["psi_methods_agree"] for r in obj["rows"])
+    assert not any("slem_lossless_exact" in r for r in obj["rows"])  # p by construction: no check
     # each row's drafter runs after its own tokens of the row's text
     from simulators.strings import DRAFT_TOKENS, markov_string_drafter, string_step, toy_string_models
 
