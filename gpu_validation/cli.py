@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import argparse
 
-from rdk_theory._outdir import out_folder
+from rdk_theory._outdir import check_targets, out_folder
 from rdk_theory.validation import InputError, int_at_least
 
 from .registry import DEFAULT_DRAFTER, DEFAULT_TARGET, REGISTRY
@@ -238,6 +238,7 @@ def cmd_hetero(args) -> int:
     for spec in (target, *drafters):
         check_spec(spec, fetch_missing=args.fetch)
     with out_folder(args.out):  # checked before the study, removed if it fails while empty
+        check_targets(args.out, ("hetero.json",))
         report = hetero.run(target, drafters, out=args.out, device=args.device,
                             dtype=args.dtype, fetch_missing=args.fetch)
     print("\n".join(hetero.summary_lines(report)))

@@ -24,7 +24,7 @@ from pathlib import Path
 import numpy as np
 
 from rdk_theory._optional import import_failure
-from rdk_theory._outdir import out_folder
+from rdk_theory._outdir import check_targets, out_folder
 from rdk_theory.validation import InputError
 
 from . import agreement, collect, figures, models, pruning, speculative, study, timing
@@ -33,6 +33,9 @@ from .registry import DEFAULT_DRAFTER, DEFAULT_TARGET
 FULL_KEPT = (65536, 32768, 16384, 8192, 4096)
 QUICK_KEPT = (16384, 4096)
 TOPK_ROUNDOFF = 1e-9  # float64 round-off allowed in the top-k bound check (sums over N terms)
+#: The files a run writes in ``--out`` (laws*.npz with ``--topk`` only).
+OUTPUT_FILES = ("report.json", "per_position.npz", "acceptance_vs_kept.png",
+                "predicted_vs_measured.png", "time_vs_n.png", "laws.npz", "laws_calib.npz")
 PROMPTS = (
     'def merge_sorted(a, b):\n    """Merge two sorted lists into one sorted list."""\n',
     "The old lighthouse keeper climbed the stairs every evening, and",
@@ -139,6 +142,7 @@ def run(cfg: RunConfig, log=print) -> dict:
     for spec in (cfg.target, cfg.drafter):
         models.check_spec(spec, fetch_missing=cfg.fetch_missing)
     with out_folder(cfg.out):
+        check_targets(cfg.out, OUTPUT_FILES)  # a folder there would fail only at the end
         return _run_stages(cfg, Path(cfg.out), log)
 
 

@@ -49,6 +49,20 @@ def test_an_out_that_is_a_file_or_under_one_is_refused_naming_out(tmp_path, caps
     assert loaded == [] and [p.name for p in tmp_path.iterdir()] == ["afile"]
 
 
+@pytest.mark.parametrize("hetero, name", [((), "time_vs_n.png"), ((), "report.json"),
+                                          (("--hetero",), "hetero.json")])
+def test_an_output_file_that_is_a_folder_is_refused_before_any_model_loads(
+        tmp_path, capsys, loaded, hetero, name):
+    """A folder where the run writes a file failed only at the end, after the study (for
+    the figures, after report.json had been written)."""
+    (tmp_path / name).mkdir()
+    assert main(["validate", *hetero, *FAST, "--target", str(tmp_path), "--drafter",
+                 str(tmp_path), "--out", str(tmp_path)]) == 2
+    assert _error_line(capsys) == (f"error: --out {tmp_path}: {name} is a folder; the run "
+                                   "writes a file there")
+    assert loaded == []
+
+
 @pytest.mark.parametrize("hetero", [(), ("--hetero",)])
 def test_a_failed_run_removes_only_the_empty_folders_it_made(tmp_path, capsys, monkeypatch,
                                                            hetero):
