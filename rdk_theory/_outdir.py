@@ -64,7 +64,9 @@ def write_replacing(path: str, write) -> None:
     """``write(tmp)`` into a new file beside ``path``, then rename it onto ``path``: a write
     that fails part-way (a full disk, a figure that cannot be drawn) leaves the previous
     ``path`` as it was, and no partial file. The temporary name keeps ``path``'s suffix, which
-    matplotlib reads the format from."""
+    matplotlib reads the format from. The file gets the mode a plain ``open`` would give
+    (``0666`` less the umask; ``mkstemp`` makes it ``0600``). A symbolic link at ``path`` is
+    replaced by the file, not written through."""
     import tempfile
 
     folder, name = os.path.split(path)
@@ -72,6 +74,9 @@ def write_replacing(path: str, write) -> None:
                                dir=folder or ".")
     os.close(fd)
     try:
+        mask = os.umask(0)
+        os.umask(mask)
+        os.chmod(tmp, 0o666 & ~mask)
         write(tmp)
         os.replace(tmp, path)
     except BaseException:

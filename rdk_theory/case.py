@@ -71,8 +71,8 @@ def load_case(path) -> Case:
         raise InputError(f"cannot read {path} as .npz: {exc}") from None
     for key, value in known.items():  # numpy returns a member that is not .npy as its bytes
         if not isinstance(value, np.ndarray):
-            raise InputError(f"cannot read {path} as .npz: its member {key}.npy is not a numpy "
-                             "array file")
+            raise InputError(f"cannot read {path} as .npz: its member for {key} is not a "
+                             "numpy array (.npy) file")
     case = case_from_arrays(**known, source=path)
     case.ignored_keys = others
     return case

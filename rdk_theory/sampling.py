@@ -20,9 +20,11 @@ class InverseCdf:
     """Inverse-CDF draws from non-negative ``weights`` (normalised on the fly), precomputed once.
 
     Negative weights beyond round-off (``-NEG_ATOL``) and non-finite ones raise InputError; all
-    zeros are allowed (``last`` is then -1: nothing can be drawn). Finite weights of any size
-    are fine: a total below ``2^-960`` (where ``u * total`` would lose bits) or beyond float64's
-    range is scaled by a power of two first.
+    zeros are allowed (``last`` is then -1: nothing can be drawn). ``total`` is the weights'
+    sum (the drafting mass of a sub-stochastic law). Finite weights of any size are fine: a
+    total below ``2^-960`` (where ``u * total`` would lose bits) or beyond float64's range
+    (``total`` is then inf, and numpy warns about the overflow) is searched on a copy scaled by
+    a power of two.
 
     ``self(u)`` maps uniforms ``u`` in [0, 1) to indices ``i`` with
     ``cdf[i-1] <= u * total < cdf[i]``; an index of zero weight is never returned (rounding at
@@ -39,20 +41,23 @@ class InverseCdf:
             if low < -NEG_ATOL:
                 raise InputError(f"weights must be non-negative, got {low:.3g}")
             w = np.maximum(w, 0.0)  # round-off negatives are 0 (a copy)
-        with np.errstate(over="ignore"):  # an overflowing sum is rescaled below
-            self.cdf = np.cumsum(w)  # sequential: a zero weight repeats the previous sum exactly
-        self.total = float(self.cdf[-1])
+        self.cdf = np.cumsum(w)  # sequential: a zero weight repeats the previous sum exactly
+        self.total = float(self.cdf[-1])  # the weights' sum (a sub-stochastic law's mass)
+        self._top = self.total  # what the search scales u by: the last entry of cdf
         if not (_SMALLEST_TOTAL <= self.total < np.inf) and self.total > 0:
-            w = _rescaled(w)  # finite weights whose sum overflows, or so small that u * total
-            self.cdf = np.cumsum(w)  # would round to multiples of the smallest subnormal
-            self.total = float(self.cdf[-1])
-        if not np.isfinite(self.total):  # NaN and inf weights end up here
-            raise InputError(f"weights must be finite, got a total of {self.total}")
+            # finite weights whose sum overflows (numpy warns), or so small that u * total
+            # would round to multiples of the smallest subnormal: search their scaled copy
+            w, shift = _rescaled(w)
+            self.cdf = np.cumsum(w)
+            self._top = float(self.cdf[-1])
+            self.total = float(np.ldexp(self._top, shift))  # the sum itself, as before
+        if not np.isfinite(self._top):  # NaN and inf weights end up here
+            raise InputError(f"weights must be finite, got a total of {self._top}")
         positive = np.flatnonzero(w > 0)
         self.last = int(positive[-1]) if positive.size else -1
 
     def __call__(self, u):
-        return np.minimum(np.searchsorted(self.cdf, np.asarray(u) * self.total, side="right"), self.last)
+        return np.minimum(np.searchsorted(self.cdf, np.asarray(u) * self._top, side="right"), self.last)
 
 
 #: Smallest weight total searched as it is: below, ``u * total`` has fewer than 53 significant
@@ -61,14 +66,15 @@ _SMALLEST_TOTAL = 2.0 ** -960
 
 
 def _rescaled(w):
-    """``w`` times the power of two that brings its largest entry into [0.5, 1): exact for
-    tiny weights (scaling up keeps every bit), and for weights whose sum overflows float64 it
-    loses only entries below ``2^-1074`` of the largest. NaN and inf weights come back as
-    they are (the caller refuses them)."""
+    """``(w 2^-e, e)`` with the power of two that brings the largest entry into [0.5, 1):
+    exact for tiny weights (scaling up keeps every bit), and for weights whose sum overflows
+    float64 it loses only entries below ``2^-1074`` of the largest. NaN and inf weights come
+    back as they are, with ``e = 0`` (the caller refuses them)."""
     top = float(w.max())
     if not (0 < top < np.inf):
-        return w
-    return np.ldexp(w, -np.frexp(top)[1])
+        return w, 0
+    e = int(np.frexp(top)[1])
+    return np.ldexp(w, -e), e
 
 
 def _inverse_cdf(weights, u):
@@ -205,7 +211,9 @@ def verify_draft(target_probs, proposal, draft: int, rng, *, check: bool = True)
     drafting loops (speculative generation) where the draft is drawn outside the step.
     ``draft = -1`` is a drafter token the target lacks (a sub-stochastic ``r`` leaves mass
     ``1 - r(T)`` for those): always rejected, so the residual is drawn. ``check`` validates
-    ``p``, ``r`` and ``draft`` (ids outside ``[-1, N_T)`` raise InputError). ``p`` and ``r``
+    ``p``, ``r`` and ``draft`` (ids outside ``[-1, N_T)``, and a draft with ``r(draft) = 0``,
+    which cannot have been drawn from ``r``, raise InputError; unchecked, such a draft would
+    be accepted and the law would not be ``p``). ``p`` and ``r``
     may be tensors on any device: the step runs on the host, so ``rng`` is always a
     ``numpy.random.Generator``.
     """

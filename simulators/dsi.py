@@ -105,10 +105,24 @@ def dsi_cost(c: float, a: float, k: int, servers: int) -> float:
         mean_s = a * kc / one_minus_x
     else:
         one_minus_y = -math.expm1(servers * log_x)
-        r = np.arange(1, servers)
-        powers = float(np.sum(r * x ** (r - 1)))
+        powers = _weighted_powers(x, servers - 1)
         mean_s = (a * one_minus_x * kc * powers + a * x ** (servers - 1)) / one_minus_y
     return float((1.0 + mean_s) * (1 - a))
+
+
+def _weighted_powers(x: float, n: int, chunk: int = 1 << 16) -> float:
+    """``sum_{r=1}^{n} r x^(r-1)``, a chunk of terms at a time, stopping once the terms (which
+    fall geometrically past their peak at ``r = -1 / log x``) are below float64 round-off of
+    the sum: bounded memory for any ``n`` (a million servers, say)."""
+    total, start = 0.0, 1
+    while start <= n:
+        r = np.arange(start, min(n, start + chunk - 1) + 1, dtype=np.float64)
+        terms = r * x ** (r - 1)
+        total += float(terms.sum())
+        if terms[-1] <= 1e-17 * total and (x == 0 or r[-1] > -1 / math.log(x)):
+            break
+        start += chunk
+    return total
 
 
 def dsi_best(c: float, a: float, servers: int, k_max: int = 64) -> tuple[int, float]:

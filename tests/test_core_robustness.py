@@ -231,8 +231,27 @@ def test_inverse_cdf_draws_the_same_indices_whatever_the_scale_of_the_weights(sc
     u = np.concatenate([np.linspace(0, 1, 4001)[:-1], [np.nextafter(1.0, 0)]])
     for w in ([1.0, 1.0], [1.0, 2.0], [0.0, 1.0, 0.0, 3.0, 0.0], [5.0, 1.0, 1.0, 1.0]):
         w = np.array(w)
-        assert np.array_equal(rt.InverseCdf(w * scale)(u), rt.InverseCdf(w)(u)), (w, scale)
-    assert rt.draw(np.array([1e308, 1e308, 0.0]), np.random.default_rng(0)) in (0, 1)
+        with np.errstate(over="ignore"):  # numpy warns when the sum overflows (documented)
+            scaled = rt.InverseCdf(w * scale)
+            total = w.sum() * scale  # exact for a power of two, inf where it overflows
+        assert np.array_equal(scaled(u), rt.InverseCdf(w)(u)), (w, scale)
+        # total stays the weights' sum: the simulators read it as a drafting mass
+        assert scaled.total == total, (w, scale)
+    with np.errstate(over="ignore"):
+        assert rt.draw(np.array([1e308, 1e308, 0.0]), np.random.default_rng(0)) in (0, 1)
+
+
+def test_k_seq_with_a_subnormal_drafting_mass_keeps_the_target_law():
+    """Second reading: with InverseCdf's total the scaled sum (0.67, not 1e-300), K-SEQ
+    drafted 67% of the time from q = (1e-300, 0, 0) and emitted (0.70, 0.07, 0.23) for
+    p = (0.1, 0.2, 0.7). Monte Carlo, n = 100,000, chi-square against p."""
+    from simulators.spectr import kseq_sample
+
+    p = np.array([0.1, 0.2, 0.7])
+    tokens, accepted = kseq_sample(p, np.array([1e-300, 0.0, 0.0]), 1.0, 1, 100_000,
+                                   np.random.default_rng(0))
+    assert not accepted.any()  # a drafting mass of 1e-300 drafts nothing in 1e5 steps
+    assert_matches_law(rt.emitted_counts(tokens, 3), p, "K-SEQ, drafting mass 1e-300")
 
 
 def test_verify_draft_refuses_a_draft_its_proposal_cannot_draw():
@@ -339,7 +358,7 @@ def test_acceptance_json_is_a_probability_and_inputs_within_tolerance_are_renorm
     (["acceptance", "{tmp}/no\nsuch.npz"], "no\\nsuch.npz"),  # a line break in the name
     # a zip whose target_probs.npy is not a .npy file: numpy gives its bytes, which read as
     # "must be 2-D, got ()"
-    (["acceptance", "{badmember}"], "its member target_probs.npy is not a numpy array file"),
+    (["acceptance", "{badmember}"], "its member for target_probs is not a numpy array"),
 ])
 def test_more_cli_edge_cases_exit_2_with_one_line(tmp_path, capsys, argv, message):
     _case(tmp_path / "c.npz")
@@ -556,6 +575,24 @@ def test_report_prints_its_table_and_keeps_the_earlier_files_when_a_write_fails(
     assert "TLI" in out or "tli" in out  # the table came out before the failed write
     assert (tmp_path / "report.json").read_text() == "EARLIER"
     assert sorted(p.name for p in tmp_path.iterdir()) == ["report.json"]
+
+
+def test_replaced_output_files_get_the_mode_open_would_give(tmp_path):
+    """mkstemp makes its file 0600, which os.replace kept: report.json was unreadable to the
+    group and others (0644 under the usual umask 022, as a plain open gives)."""
+    import os
+
+    from rdk_theory._outdir import write_replacing
+
+    old = os.umask(0o022)
+    try:
+        write_replacing(str(tmp_path / "a.json"), lambda tmp: open(tmp, "w").write("{}"))
+        with open(tmp_path / "b.json", "w") as fh:
+            fh.write("{}")
+    finally:
+        os.umask(old)
+    assert (tmp_path / "a.json").read_text() == "{}"
+    assert (tmp_path / "a.json").stat().st_mode & 0o777 == (tmp_path / "b.json").stat().st_mode & 0o777 == 0o644
 
 
 def test_report_figure_draws_the_kept_fractions_in_order(tmp_path, monkeypatch):
