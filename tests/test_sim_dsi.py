@@ -60,8 +60,9 @@ def test_cost_near_a_equal_one_needs_no_truncated_sum():
         assert abs(dsi.dsi_cost(0.1, a, 2, 1) - 0.5) < 1e-8
         assert 0 < dsi.dsi_cost(0.1, a, 2, 2) <= 1
     # a billion servers: the sum over them stops at round-off (it was an O(S) array); here
-    # sum_r r 2^-(r-1) = 4, so E[s] = 0.5 * 0.5 * 1e-9 * 4 and the cost 0.5 (1 + 5e-10)
-    assert_close(dsi.dsi_cost(1e-9, 0.5, 1, 10**9), 0.5 * (1 + 5e-10))
+    # sum_r r 2^-(r-1) = 4, so E[s] = a (1 - x) k c 4 = 0.5 * 0.5 * 1e-9 * 4 = 1e-9 (x^(S-1)
+    # underflows) and the cost is (1 + E[s]) (1 - a) = 0.5 (1 + 1e-9)
+    assert_close(dsi.dsi_cost(1e-9, 0.5, 1, 10**9), 0.5 * (1 + 1e-9))
 
 
 def test_best_lookahead_keeps_k_c_at_most_one():
