@@ -40,11 +40,25 @@ from scipy import stats
 #: Probability that a run whose calculators and sampler are correct reports a failure.
 FALSE_ALARM = 1e-3
 MIN_EXPECTED_VARIANCE = 5.0
+#: Round-off of a predicted acceptance (a float64 sum over N_T entries) outside [0, 1] that is
+#: clipped; more is an error.
+ACCEPTANCE_ROUNDOFF = 1e-9
 #: Grid cells times positions that :func:`dispersion_p_value` may convolve (under a second).
 DISPERSION_BUDGET = 2 ** 23
 #: Largest shift, in standard deviations of ``T`` (``sqrt(2 dof)``), that the grid's rounding
 #: may add to ``T``: the exact bound is used only where it is this tight.
 DISPERSION_SLACK_SD = 0.1
+
+
+def acceptances(x) -> np.ndarray:
+    """Predicted acceptances as float64 in [0, 1]: ``sum min(p, r)`` of equal laws can be
+    ``1 + 2.2e-16``, which made ``n a (1 - a)`` negative and the binomial law NaN (a correct
+    run with drafter = target failed its aggregate test, or raised). Values beyond
+    :data:`ACCEPTANCE_ROUNDOFF` outside [0, 1] are a bug upstream: ValueError."""
+    a = np.asarray(x, dtype=np.float64)
+    if a.size and not (a.min() >= -ACCEPTANCE_ROUNDOFF and a.max() <= 1 + ACCEPTANCE_ROUNDOFF):
+        raise ValueError(f"predicted acceptances must lie in [0, 1], got {a.min()} .. {a.max()}")
+    return np.clip(a, 0.0, 1.0)
 
 
 def critical_z(n_tests: int, false_alarm: float = FALSE_ALARM) -> float:
@@ -54,7 +68,7 @@ def critical_z(n_tests: int, false_alarm: float = FALSE_ALARM) -> float:
 
 def binomial_agreement(predicted, accepted, n: int, n_tests: int = 1) -> dict:
     """Agreement of per-position counts ``accepted`` (ints) of ``n`` steps with ``predicted``."""
-    a = np.asarray(predicted, dtype=np.float64)
+    a = acceptances(predicted)
     k = np.asarray(accepted, dtype=np.float64)
     var = n * a * (1 - a)
     z = float((k.sum() - n * a.sum()) / np.sqrt(var.sum())) if var.sum() > 0 else 0.0
@@ -79,7 +93,7 @@ def binomial_agreement(predicted, accepted, n: int, n_tests: int = 1) -> dict:
 
 def martingale_agreement(alphas, accepted, n_tests: int = 1) -> dict:
     """End-to-end check: ``accepted`` (0/1) at reached positions vs their ``alphas``."""
-    a = np.asarray(alphas, dtype=np.float64)
+    a = acceptances(alphas)
     x = np.asarray(accepted, dtype=np.float64)
     var = float(np.sum(a * (1 - a)))
     z = float((x.sum() - a.sum()) / np.sqrt(var)) if var > 0 else 0.0
@@ -112,7 +126,7 @@ def dispersion_p_value(predicted, accepted, n: int, budget: int = DISPERSION_BUD
     """
     from scipy import fft
 
-    a = np.asarray(predicted, dtype=np.float64).reshape(-1)
+    a = acceptances(predicted).reshape(-1)
     k = np.asarray(accepted, dtype=np.float64).reshape(-1)
     n = int(n)
     var = n * a * (1 - a)
@@ -147,7 +161,7 @@ def binomial_sum_p_value(probs, n: int, observed: int) -> float:
     """
     from scipy import fft
 
-    a = np.asarray(probs, dtype=np.float64).reshape(-1)
+    a = acceptances(probs).reshape(-1)
     n = int(n)
     top = n * a.size
     if not 0 <= observed <= top:
@@ -179,7 +193,7 @@ def poisson_binomial_p_value(probs, observed: int) -> float:
     """Two-sided p-value of ``observed`` successes of independent Bernoulli(``probs``)."""
     pmf = np.zeros(len(probs) + 1)
     pmf[0] = 1.0
-    for i, a in enumerate(np.asarray(probs, dtype=np.float64)):
+    for i, a in enumerate(acceptances(probs)):
         pmf[1:i + 2] = pmf[1:i + 2] * (1 - a) + pmf[0:i + 1] * a
         pmf[0] *= 1 - a
     return _two_sided(pmf, observed)

@@ -56,9 +56,9 @@ def laws64(probs) -> np.ndarray:
     float64 round-off, as every calculator's law does."""
     out = np.asarray(probs, dtype=np.float64)
     sums = out.sum(axis=-1, keepdims=True)
-    if out is probs:  # already float64: one new array, not the caller's
-        return out / sums
-    return np.divide(out, sums, out=out)  # the float64 copy is divided in place: one array
+    if out is probs or not out.flags.owndata:  # the caller's memory (a float64 array, memmap
+        return out / sums  # or CPU tensor): one new array, the caller's left as it was
+    return np.divide(out, sums, out=out)  # a copy made here is divided in place: one array
 
 
 def next_token_probs(lm, ids: list[int], *, device: str = "cpu") -> np.ndarray:

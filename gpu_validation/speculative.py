@@ -4,7 +4,9 @@ Each round: the drafter proposes ``gamma`` tokens, each drawn from the sampler's
 (built from the pruned drafter's law by the same builders as the study); one target call scores
 them all; verification walks the drafts in order, accepting ``x_t`` with probability
 ``min(1, p_t(x_t) / r_t(x_t))``, and on the first rejection emits a token from the residual of
-``p_t`` and ``r_t``; when all ``gamma`` are accepted, a bonus token is drawn from ``p``.
+``p_t`` and ``r_t``; when all ``gamma`` are accepted, a bonus token is drawn from ``p``. A
+sub-stochastic ``r_t`` drafts, with its missing mass ``1 - sum r_t``, a drafter token the
+target lacks: always rejected, and the round's last draft (MATH.md section 2).
 Tokens per target call = accepted drafts + 1.
 
 The record keeps, for every drafted position that verification reached, ``alpha_t = alpha(p_t,
@@ -52,6 +54,24 @@ class _Cached:
             self.seen = length
 
 
+#: A proposal whose mass is within this of 1 is a law (round-off): its draft is drawn from it
+#: directly. Below, the missing mass is a drafter token the target lacks.
+FULL_MASS_ROUNDOFF = 1e-12
+
+
+def _draft(r, rng) -> int:
+    """A draft (a target id) from the proposal ``r``, or -1 with probability
+    ``1 - sum r``: the drafter token outside the target, as MATH.md section 2 has it (drawing
+    from ``r / sum r`` instead changed the output law of a sub-stochastic sampler). A law
+    summing to 1 takes one draw, as before."""
+    mass = float(r.sum())
+    if not mass > 0:
+        return -1
+    if mass < 1 - FULL_MASS_ROUNDOFF and not rng.random() < mass:
+        return -1
+    return draw(r, rng)
+
+
 def generate(target, drafter, prompt_ids, vocab_map, make_proposal, *, gamma: int = 4,
              max_new_tokens: int = 64, rng, device: str = "cpu") -> dict:
     """Speculative sampling; ``make_proposal(q_kept (K,)) -> r (N_T,)`` is the sampler."""
@@ -65,14 +85,18 @@ def generate(target, drafter, prompt_ids, vocab_map, make_proposal, *, gamma: in
         for _ in range(gamma):
             q = _softmax_last(drafter, drf.feed(ctx)[-1])
             r = make_proposal(pruned_draft_probs(q, vocab_map))
-            x = draw(r, rng) if r.sum() > 0 else -1
-            if x < 0:
+            x = _draft(r, rng)
+            if x < 0:  # a drafter token the target lacks (mass 1 - sum r): always rejected
+                if r.sum() > 0:  # verified as such below; with no mass at all, not drafted
+                    drafts.append(-1)
+                    props.append(r)
                 break
             drafts.append(x)
             props.append(r)
             ctx.append(x)
         tgt.crop(len(tokens) - 1)
-        p_all = _softmax_last(target, tgt.feed(tokens + drafts)[-(len(drafts) + 1):])
+        real = [x for x in drafts if x >= 0]  # an absent token (last, if any) is not scored
+        p_all = _softmax_last(target, tgt.feed(tokens + real)[-(len(real) + 1):])
         calls += 1
         n_acc = 0
         for t, (x, r) in enumerate(zip(drafts, props)):

@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 from scipy import stats as sstats
 
-from gpu_validation import agreement, collect, pruning, samplers, topk
+from gpu_validation import agreement, collect, pruning, samplers, study, topk
 from rdk_theory.acceptance import acceptance_rate, oov_cap
 from rdk_theory.kernels import calibration_covariance
 from rdk_theory.proposals import tli_proposal as rt_tli
@@ -188,8 +188,51 @@ def test_study_splits_the_run_wide_false_alarm_over_its_checks_and_the_others():
     tli = rt_tli(pruned_draft_probs(q_cal, vm), vm)
     t = out["taus"][10]
     assert_close(t["tli_calibration_alpha"], acceptance_rate(p_cal, tli).mean())
-    assert t["at_grid_edge"]["rdk_first_order"] == (t["rdk_first_order"]
-                                                    == min(t["calibration_alpha_by_tau"]["rdk_first_order"]))
+    grid = t["calibration_alpha_by_tau"]["rdk_first_order"]
+    assert t["at_grid_edge"]["rdk_first_order"] == (t["rdk_first_order"] in (min(grid), max(grid)))
+
+
+def test_at_grid_edge_flags_the_largest_tau_too():
+    """A near-uniform target and a peaked drafter: smoothing wins, so the best tau is the
+    grid's largest for both covariance samplers; at_grid_edge looked at the smallest only."""
+    rng = np.random.default_rng(0)
+    n, c = 40, 12
+    p = rng.dirichlet(np.full(n, 200.0), size=c).astype(np.float32)
+    q = rng.dirichlet(np.full(n, 0.05), size=c).astype(np.float32)
+    p_cal, q_cal = rng.dirichlet(np.full(n, 200.0), size=16), rng.dirichlet(np.full(n, 0.05), size=16)
+    mu, factor = collect.calibration_stats(p_cal, rank=4)
+    out = study.acceptance_study(p, q, rng.integers(1, 100, size=n), (20,), mu=mu, factor=factor,
+                                 p_cal=p_cal, q_cal=q_cal, n_steps=0, rng=rng)
+    t = out["taus"][20]
+    for s in ("rdk_first_order", "rdk_exact"):
+        assert t[s] == max(t["calibration_alpha_by_tau"][s]) and t["at_grid_edge"][s], s
+
+
+def test_laws64_never_writes_into_the_callers_memory():
+    """A float64 CPU tensor or memmap shares its memory with np.asarray: the in-place divide
+    wrote the normalised rows into it (a read-only memmap raised)."""
+    import torch
+
+    t = torch.tensor([[1.0, 3.0]], dtype=torch.float64)
+    assert np.array_equal(collect.laws64(t), [[0.25, 0.75]]) and t.tolist() == [[1.0, 3.0]]
+    ro = np.array([[2.0, 2.0]])
+    ro.setflags(write=False)
+    view = ro[:, :]
+    assert np.array_equal(collect.laws64(view), [[0.5, 0.5]])
+    f32 = np.array([[1.0, 1.0]], dtype=np.float32)  # a copy made by laws64: divided in place
+    assert np.array_equal(collect.laws64(f32), [[0.5, 0.5]]) and f32.tolist() == [[1.0, 1.0]]
+
+
+def test_agreement_reads_acceptances_of_one_plus_round_off_as_one():
+    """drafter = target gives sum min(p, r) = 1 + 2.2e-16 at some positions: n a (1 - a) < 0
+    made the aggregate p-value 0 (a correct run failed) or a ValueError; beyond round-off it
+    is an error, not clipped."""
+    r = agreement.binomial_agreement([1 + 2.2e-16] * 3 + [0.5], [100] * 3 + [50], 100)
+    assert r["pass"] and r["p_aggregate"] == 1.0 and r["degenerate_ok"]
+    assert agreement.binomial_agreement([1 + 2.2e-16] * 3, [100] * 3, 100)["pass"]
+    assert agreement.martingale_agreement([1 + 2.2e-16, 0.5], [1, 1])["pass"]
+    with pytest.raises(ValueError, match=r"must lie in \[0, 1\]"):
+        agreement.binomial_agreement([1.01], [10], 10)
 
 
 def test_study_and_hetero_caps_read_float32_rows_as_laws_summing_to_one():
