@@ -139,6 +139,11 @@ def run(cfg: RunConfig, log=print) -> dict:
     if unknown:  # it would have generated with TLI under the other name
         raise InputError(f"end-to-end sampler {unknown[0]!r} is not available: choose from "
                          f"{', '.join(E2E_SAMPLERS)}")
+    untuned = [k for k in cfg.e2e_kept if k not in cfg.kept]
+    if "rdk_first_order" in cfg.e2e_samplers and untuned:  # it ran at an absolute tau of 1e-4
+        raise InputError(f"end-to-end first-order RDK takes its tau from the study's calibration "
+                         f"pick at the same kept size: end-to-end size {untuned[0]} must be "
+                         "among the study's kept sizes")
     for spec in (cfg.target, cfg.drafter):
         models.check_spec(spec, fetch_missing=cfg.fetch_missing)
     with out_folder(cfg.out):
@@ -274,7 +279,7 @@ def end_to_end(cfg, tgt, drf, counts, mu, factor, taus, rng, log, n_tests=None) 
     n_tests = max(1, n_tests or _e2e_tests(cfg))
     for K in cfg.e2e_kept:  # sizes checked against the vocabulary by run()
         vm = pruning.pruned_vocab_map(counts, K)
-        tau_fo = (taus.get(K) or {}).get("rdk_first_order") or 1e-4
+        tau_fo = (taus.get(K) or {}).get("rdk_first_order")  # picked by the study (run() checks)
         kernels = build_kernels(vm, mu, factor, tau_exact=None, tau_fo=tau_fo, topk_rows=None)
         for s in cfg.e2e_samplers:
             kern = kernels.get(s)

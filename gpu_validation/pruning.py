@@ -20,9 +20,15 @@ from rdk_theory.vocab import VocabMap, keep_most_frequent
 
 
 def token_counts(token_ids, vocab_size: int) -> np.ndarray:
-    """Unigram counts (vocab_size,) of a flat or nested sequence of token ids."""
-    ids = np.concatenate([np.asarray(t, dtype=np.int64).ravel() for t in token_ids]) \
-        if isinstance(token_ids, (list, tuple)) else np.asarray(token_ids, dtype=np.int64).ravel()
+    """Unigram counts (vocab_size,) of a flat or nested sequence of token ids (integers, or
+    floats with whole values; ``0.7`` was read as 0)."""
+    parts = ([np.asarray(t).ravel() for t in token_ids] if isinstance(token_ids, (list, tuple))
+             else [np.asarray(token_ids).ravel()])
+    ids = np.concatenate(parts) if parts else np.zeros(0, dtype=np.int64)  # [] was a ValueError
+    if ids.size and not (ids.dtype.kind in "iu" or (ids.dtype.kind == "f" and np.all(
+            np.isfinite(ids)) and np.all(ids == np.round(ids)))):
+        raise InputError(f"token ids must be integers, got {ids.dtype} {ids[:4]}")
+    ids = ids.astype(np.int64)
     if ids.size and (ids.min() < 0 or ids.max() >= vocab_size):
         raise InputError(f"token ids must be in [0, {vocab_size}), got range "
                          f"[{ids.min()}, {ids.max()}]")

@@ -67,6 +67,11 @@ def test_pruning_restricts_and_renormalises():
     assert pruning.kept_sizes_from_fractions([1.0, 0.5, 1e-9], 10) == [10, 5, 1]
     with pytest.raises(ValueError):
         pruning.token_counts([7], 6)
+    # whole floats count, fractional ones are refused (0.7 was read as 0), and [] is no ids
+    assert pruning.token_counts([0.0, 2.0], 3).tolist() == [1, 0, 1]
+    assert pruning.token_counts([], 3).tolist() == [0, 0, 0]
+    with pytest.raises(ValueError, match="token ids must be integers"):
+        pruning.token_counts([0.7, 1.9], 3)
 
 
 def test_pruned_vanilla_equals_tli_and_respects_the_oov_cap():

@@ -71,6 +71,14 @@ def test_an_end_to_end_sampler_without_its_kernel_is_refused_before_any_work(tmp
     with pytest.raises(InputError, match="end-to-end sampler 'rdk_exact' is not available"):
         run(cfg, log=lambda *a: None)
     assert not (tmp_path / "run").exists()
+    # first-order RDK at an end-to-end size the study does not pick a tau for ran at an
+    # absolute tau of 1e-4, not one picked on calibration
+    cfg = RunConfig(target="nowhere/target", drafter="nowhere/drafter", kept=(4096,),
+                    e2e_kept=(2048,), e2e_samplers=("tli", "rdk_first_order"),
+                    out=str(tmp_path / "run"))
+    with pytest.raises(InputError, match="end-to-end size 2048 must be among the study's kept"):
+        run(cfg, log=lambda *a: None)
+    assert not (tmp_path / "run").exists()
 
 
 def test_an_e2e_kept_size_beyond_a_loaded_drafters_vocabulary_is_an_error(tiny, tmp_path, capsys):
