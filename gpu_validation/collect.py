@@ -34,8 +34,14 @@ def read_text(name: str) -> str:
 
 
 def tokenize(tokenizer, text: str, max_tokens: int | None = None) -> list[int]:
+    """The text's ids, the first ``max_tokens`` of them when given (at least 2: one position
+    needs a token and its successor; 0 read the whole text, 1 misaligned ``next_ids``)."""
     ids = list(tokenizer(text, add_special_tokens=False)["input_ids"])
-    return ids[:max_tokens] if max_tokens else ids
+    if max_tokens is None:
+        return ids
+    from rdk_theory.validation import as_count
+
+    return ids[:as_count(max_tokens, "max_tokens", 2)]
 
 
 @dataclass

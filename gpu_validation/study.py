@@ -13,6 +13,7 @@ import numpy as np
 from rdk_theory.acceptance import acceptance_rate, oov_cap
 from rdk_theory.proposals import tli_proposal
 from rdk_theory.sampling import sample_steps
+from rdk_theory.validation import InputError
 from rdk_theory.vocab import pruned_draft_probs
 
 from . import agreement
@@ -38,7 +39,15 @@ def acceptance_study(p, q, counts, kept_sizes, *, mu, factor, p_cal, q_cal, n_st
         false-alarm rate ``agreement.FALSE_ALARM`` is split over these and the study's alike.
     """
     n = p.shape[1]
+    if p.shape[0] == 0 or len(p_cal) == 0:  # a numpy error, or NaN tau tables, before
+        raise InputError(f"the study needs evaluation and calibration positions, got "
+                         f"{p.shape[0]} and {len(p_cal)}")
+    if not 1 <= sparse_k <= n:  # a torch error inside the sparse kernel's top-k, before
+        raise InputError(f"sparse_k must be in 1..{n} (the vocabulary), got {sparse_k}")
     scale = float(np.max(np.sum(np.asarray(factor, dtype=np.float64) ** 2, axis=0)))
+    if not scale > 0:  # the kernels' tau grid is multiples of the largest variance
+        raise InputError("the calibration rows do not vary (their covariance is 0), so the "
+                         "covariance kernels are undefined: calibrate on more varied text")
     n_tests = 2 * len(kept_sizes) * len(SAMPLERS) + other_tests  # aggregate + dispersion per cell
     rows, per_pos, taus = [], {}, {}
     # tau is picked on at most 128 calibration rows (evenly spaced): enough to rank the grid

@@ -361,3 +361,31 @@ def test_dispersion_p_value_falls_back_to_chi_square_beyond_its_budget():
                                                                    "chi-square")
     assert agreement.dispersion_p_value(a, k, 400)[1] == "exact-bound"  # within budget
     assert agreement.dispersion_p_value([0.5], [200], 400) == (1.0, "exact-bound")
+
+
+def test_study_and_tokenize_name_edge_inputs():
+    """No evaluation or calibration rows (a numpy concatenate error / NaN tau tables), sparse_k
+    beyond the vocabulary (a torch error), calibration rows without variance (a message
+    about centring), and max_tokens 0 or 1 (0 read everything, 1 misaligned next_ids)."""
+    from rdk_theory.validation import InputError
+
+    rng = np.random.default_rng(0)
+    n = 30
+    p = rng.dirichlet(np.ones(n), size=6).astype(np.float32)
+    q = rng.dirichlet(np.ones(n), size=6).astype(np.float32)
+    p_cal = rng.dirichlet(np.ones(n), size=8)
+    mu, factor = collect.calibration_stats(p_cal, rank=4)
+    counts = rng.integers(1, 100, size=n)
+    kw = dict(mu=mu, factor=factor, p_cal=p_cal, q_cal=p_cal, n_steps=0, rng=rng)
+    for args, extra, message in [((p[:0], q[:0]), {}, "needs evaluation and calibration"),
+                                 ((p, q), {"p_cal": p_cal[:0], "q_cal": p_cal[:0]},
+                                  "needs evaluation and calibration"),
+                                 ((p, q), {"sparse_k": n + 1}, "sparse_k must be in 1..30"),
+                                 ((p, q), {"factor": np.zeros_like(factor)}, "do not vary")]:
+        with pytest.raises(InputError, match=message):
+            study.acceptance_study(*args, counts, (10,), **{**kw, **extra})
+    words = lambda text, add_special_tokens=False: {"input_ids": [5, 6, 7, 8]}  # noqa: E731
+    assert collect.tokenize(words, "", 2) == [5, 6] and collect.tokenize(words, "") == [5, 6, 7, 8]
+    for bad in (0, 1):
+        with pytest.raises(InputError, match="max_tokens must be an integer >= 2"):
+            collect.tokenize(words, "", bad)
