@@ -22,6 +22,12 @@ from .pruning import pruned_vocab_map
 from .samplers import SAMPLERS, KeptRowsTopK, build_kernels, pick_tau, proposals
 
 
+def _at_grid_edge(tau, table: dict) -> bool:
+    """Whether ``tau`` is the smallest or the largest of the grid ``table`` was picked on
+    (False for an empty table: no tau was picked)."""
+    return bool(table) and tau in (min(table), max(table))
+
+
 def acceptance_study(p, q, counts, kept_sizes, *, mu, factor, p_cal, q_cal, n_steps: int,
                      rng, sparse_k: int = 16, exact_max_kept: int | None = None,
                      chunk: int = 64, progress=None, other_tests: int = 0) -> dict:
@@ -68,16 +74,14 @@ def acceptance_study(p, q, counts, kept_sizes, *, mu, factor, p_cal, q_cal, n_st
             topk = KeptRowsTopK(factor, vm.intersection, sparse_k)
             tau_ex, ex_table = pick_tau(p_cal64, qk_cal, vm, topk.kernel, scale)
         kernels = build_kernels(vm, mu, factor, tau_exact=tau_ex, tau_fo=tau_fo, topk_rows=topk)
-        edges = {min(fo_table), max(fo_table)}
         taus[K] = {"rdk_first_order": tau_fo, "rdk_exact": tau_ex,
                    "calibration_alpha_by_tau": {"rdk_first_order": fo_table, "rdk_exact": ex_table},
                    # the limit tau -> 0 of first-order RDK, and whether a grid edge (the
                    # smallest or the largest tau) won
                    "tli_calibration_alpha": float(np.mean(acceptance_rate(
                        p_cal64, tli_proposal(qk_cal, vm, check=False), check=False))),
-                   "at_grid_edge": {"rdk_first_order": tau_fo in edges,
-                                    "rdk_exact": bool(ex_table) and tau_ex in (min(ex_table),
-                                                                              max(ex_table))}}
+                   "at_grid_edge": {"rdk_first_order": _at_grid_edge(tau_fo, fo_table),
+                                    "rdk_exact": _at_grid_edge(tau_ex, ex_table)}}
         pred = {s: [] for s in SAMPLERS}
         meas = {s: [] for s in SAMPLERS}
         cap = []

@@ -198,10 +198,9 @@ def marginal_is_identity(case: Case) -> bool:
     """Whether the marginal kernel of ``case`` is the identity whatever ``lam``
     (:meth:`rdk_theory.kernels.MarginalKernel.from_calibration`: no token outside ``I``, or no
     calibration mass on those tokens). False without calibration rows."""
-    oov = case.vocab_map.oov
     if case.calibration_probs is None:
         return False
-    return oov.size == 0 or not float(case.calibration_probs[:, oov].sum()) > 0
+    return not MarginalKernel.calibration_oov_mass(case.calibration_probs, case.vocab_map)[1] > 0
 
 
 def _exact_kernel(case: Case, kind: str, tau, lam):

@@ -223,11 +223,9 @@ class MarginalKernel:
         never place). When OOV is empty or carries no calibration mass, the kernel is the
         identity (``lam = 0``).
         """
-        cal = as_calibration(calibration_probs, n_target=vocab_map.n_target)
-        mu = cal.mean(axis=0)
+        mu, mass = cls.calibration_oov_mass(calibration_probs, vocab_map)
         oov = vocab_map.oov
         w = np.zeros(vocab_map.n_target)
-        mass = float(mu[oov].sum()) if oov.size else 0.0
         if mass <= 0:
             w[:] = 1.0 / vocab_map.n_target
             return cls(w, 0.0)
@@ -235,6 +233,15 @@ class MarginalKernel:
         # rows normalised within tolerance (or a sum's round-off, 1 + 2^-52 when I is empty)
         # can put mu(OOV) a hair above 1: the mass TLI cannot place is at most all of it
         return cls(w, min(mass, 1.0) if lam is None else lam)
+
+    @staticmethod
+    def calibration_oov_mass(calibration_probs, vocab_map):
+        """``(mu, mu(OOV))``: the calibration mean (N_T,) and its mass outside ``I`` (0 when
+        OOV is empty). Where that mass is 0, :meth:`from_calibration` gives the identity,
+        whatever ``lam``."""
+        mu = as_calibration(calibration_probs, n_target=vocab_map.n_target).mean(axis=0)
+        oov = vocab_map.oov
+        return mu, (float(mu[oov].sum()) if oov.size else 0.0)
 
     def transport(self, q_prime):
         check_width(q_prime, self.n)
