@@ -85,11 +85,19 @@ def _inverse_cdf_torch(weights, u):
     """The torch twin of :class:`InverseCdf`, over the positive weights only: a CUDA
     ``cumsum`` is a parallel scan that groups its additions differently for each prefix, so a
     zero weight need not repeat the previous sum exactly and ``searchsorted`` could land on
-    it. Searching the positive entries alone makes a zero weight unreachable on any device."""
+    it. Searching the positive entries alone makes a zero weight unreachable on any device.
+    Weights whose largest entry is below 1/2 are first scaled up by a power of two (exact, and
+    with no host sync), so that ``u * total`` keeps its 53 bits for a tiny total, as in
+    :class:`InverseCdf`."""
     import torch
 
     positive = torch.nonzero(weights > 0).flatten()
-    cdf = torch.cumsum(weights.index_select(0, positive), 0)
+    w = weights.index_select(0, positive)
+    up = -torch.frexp(w.max()).exponent.clamp(max=0)  # scale up only (exact), by 2^up
+    two = torch.full((), 2.0, dtype=w.dtype, device=w.device)
+    # in two halves: 2^up itself overflows float64 beyond up = 1023 (weights below 2^-1023)
+    w = w * two.pow(up // 2) * two.pow(up - up // 2)
+    cdf = torch.cumsum(w, 0)
     idx = torch.searchsorted(cdf, (u * cdf[-1]).contiguous(), right=True)
     return positive.index_select(0, torch.clamp(idx, max=positive.numel() - 1))
 

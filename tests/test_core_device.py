@@ -302,3 +302,14 @@ def test_host_side_helpers_read_half_precision_tensors_as_numpy_float16(device_t
     from rdk_theory.multidraft import kseq_acceptance
 
     assert kseq_acceptance(torch.from_numpy(p16), _t(r), 1.0, 2) == kseq_acceptance(p16, r, 1.0, 2)
+
+
+@pytest.mark.parametrize("scale", [2.0 ** -1074, 2.0 ** -1060, 2.0 ** -1000, 1.0])
+def test_the_torch_inverse_cdf_draws_the_same_indices_whatever_the_scale_of_the_weights(scale):
+    """The torch twin of the InverseCdf scale test: weights (5e-324, 5e-324) drew 1/4 : 3/4,
+    because ``u * total`` rounded to multiples of 2^-1074."""
+    u = torch.tensor(np.concatenate([np.linspace(0, 1, 4001)[:-1], [np.nextafter(1.0, 0)]]))
+    for w in ([1.0, 1.0], [1.0, 2.0], [0.0, 1.0, 0.0, 3.0, 0.0], [5.0, 1.0, 1.0, 1.0]):
+        w = np.array(w)
+        got = sampling._inverse_cdf_torch(torch.tensor(w * scale), u)
+        assert np.array_equal(got.numpy(), rt.InverseCdf(w)(u.numpy())), (w, scale)
