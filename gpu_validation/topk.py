@@ -17,8 +17,13 @@ from rdk_theory.validation import InputError
 def compress(probs, k: int, *, block: int = 256):
     """``(ids, values, tail)``: top-``k`` ids (C, k) int32, values (C, k) float32, tail (C,) float64.
 
-    ``tail`` is computed as ``row_sum - sum(values)`` in float64 from the float32 values that are
-    stored, so ``values.sum(-1) + tail`` equals the row sum of the input to float64 round-off.
+    The values are the input's rounded toward zero to float32 (exact for float32 input), and
+    ``tail`` is ``row_sum - sum(values)`` in float64 from the values that are stored, so
+    ``values.sum(-1) + tail`` equals the row sum of the input to float64 round-off, and the
+    float32 storage error of float64 input is part of ``tail`` (which
+    :func:`alpha_error_bound` then covers). Rounded to nearest, the top values of float64
+    input could sum to more than the row: the tail was clipped at 0 and the mass was off by
+    up to ``k`` float32 half-ulps.
     """
     p = np.asarray(probs)
     if p.ndim != 2:
@@ -35,11 +40,20 @@ def compress(probs, k: int, *, block: int = 256):
         v = np.take_along_axis(blk, top, axis=1)
         order = np.argsort(-v, axis=1, kind="stable")
         ids[s:s + block] = np.take_along_axis(top, order, axis=1)
-        vals[s:s + block] = np.take_along_axis(v, order, axis=1)
+        vals[s:s + block] = _toward_zero_float32(np.take_along_axis(v, order, axis=1))
         row_sum = blk.astype(np.float64).sum(axis=1)
         tail[s:s + block] = np.clip(row_sum - vals[s:s + block].astype(np.float64).sum(axis=1),
                                     0.0, None)
     return ids, vals, tail
+
+
+def _toward_zero_float32(values) -> np.ndarray:
+    """``values`` as float32, each rounded toward zero (never above the input: a tail of mass
+    computed from them is never negative beyond float64 round-off)."""
+    out = np.asarray(values).astype(np.float32)
+    above = out.astype(np.float64) > values
+    out[above] = np.nextafter(out[above], np.float32(0))
+    return out
 
 
 def decompress(ids, values, tail, n: int) -> np.ndarray:
@@ -55,10 +69,13 @@ def decompress(ids, values, tail, n: int) -> np.ndarray:
 def alpha_error_bound(tail_p, tail_q):
     """Bound on ``|alpha(p, r) - alpha(p~, r~)|`` for the decompressed ``p~``, ``r~``.
 
-    ``alpha = (sum p + sum r - ||p - r||_1) / 2`` and decompression keeps each total, so
-    ``|Delta alpha| <= (||p - p~||_1 + ||r - r~||_1) / 2``. Off the top-k ids, ``p~`` is the
-    uniform spread of ``tail_p`` and ``sum |p - p~| <= sum p + tail_p = 2 tail_p`` there (the
-    top-k ids are exact up to float32 storage). Hence the bound ``tail_p + tail_q``.
+    ``alpha = (sum p + sum r - ||p - r||_1) / 2``. Let ``m`` be p's mass off the top-k ids.
+    The stored values are at most p's (rounded toward zero), so on the top-k ids
+    ``sum |p - p~| = tail_p - m``; off them ``p~`` is the uniform spread of ``tail_p`` and
+    ``sum |p - p~| <= m + tail_p``. With ``k < N`` the total is kept and
+    ``||p - p~||_1 <= 2 tail_p``; with ``k = N`` there are no other ids, the tail (float32
+    storage error alone) is dropped, and the total and ``||p - p~||_1`` each move by
+    ``tail_p``. Either way ``|Delta alpha| <= tail_p + tail_q``.
     """
     return np.asarray(tail_p, dtype=np.float64) + np.asarray(tail_q, dtype=np.float64)
 
