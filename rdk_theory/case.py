@@ -22,8 +22,8 @@ import numpy as np
 
 from .first_order import FirstOrderCovarianceKernel
 from .kernels import CovarianceSoftmaxKernel, DenseKernel, IdentityKernel, MarginalKernel
-from .validation import (InputError, as_calibration, as_prob_array, as_real_array, known_shape,
-                         real_number)
+from .validation import (InputError, as_calibration, as_prob_array, as_real_array, check_tau,
+                         known_shape, real_number)
 from .vocab import VocabMap
 
 KERNEL_CHOICES = ("identity", "marginal", "covariance", "dense")
@@ -165,10 +165,7 @@ def kernels_for(case: Case, kind: str = "identity", *, tau: float | None = None,
         raise InputError(f"the {kind if kind != 'identity' else 'first-order'} kernel needs "
                          "'calibration_probs' (S, N_T) in the case file")
     if tau is not None:  # named by the CLI's flags; a string, a bool or an array is refused
-        t = real_number(tau)
-        if t is None or not 0 < t < np.inf:
-            raise InputError(f"--tau must be a finite number > 0, got {tau!r}")
-        tau = t
+        tau = check_tau(tau, "--tau")
     if lam is not None:
         t = real_number(lam)
         if t is None or not 0 <= t <= 1:

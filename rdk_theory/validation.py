@@ -314,12 +314,13 @@ def _check_torch_probs(x, name, allow_sub_stochastic, atol):
     return x
 
 
-def check_tau(tau) -> float:
+def check_tau(tau, name: str = "tau") -> float:
     """A softmax temperature as a float: a real number (a Fraction, a numpy scalar or 0-d
-    array too), finite and > 0, or InputError (a bool, a string or an array included)."""
+    array too), finite and > 0, or InputError naming ``name`` (a bool, a string or an array
+    included)."""
     t = real_number(tau)
     if t is None or not (t > 0 and np.isfinite(t)):
-        raise InputError(f"tau must be a finite real number > 0, got {tau!r}")
+        raise InputError(f"{name} must be a finite real number > 0, got {tau!r}")
     return t
 
 

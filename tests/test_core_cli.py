@@ -192,7 +192,7 @@ def test_kernel_options_a_run_does_not_use_are_named_on_stderr(tmp_path, capsys,
 def test_an_ignored_but_invalid_kernel_option_is_still_one_error_line(tmp_path, capsys):
     _write_case(tmp_path / "case.npz")
     code, out, err = _run(capsys, "acceptance", str(tmp_path / "case.npz"), "--tau", "-1")
-    assert code == 2 and out == "" and err.strip().splitlines() == ["error: --tau must be a finite number > 0, got -1.0"]
+    assert code == 2 and out == "" and err.strip().splitlines() == ["error: --tau must be a finite real number > 0, got -1.0"]
 
 
 def _nan_target():
@@ -418,8 +418,8 @@ def test_lam_says_when_the_marginal_kernel_is_the_identity_whatever_its_weight(t
 
 
 @pytest.mark.parametrize("option, value, want", [
-    ("--tau", "-1e-3", "error: --tau must be a finite number > 0, got -0.001"),
-    ("--tau", "-.5", "error: --tau must be a finite number > 0, got -0.5"),
+    ("--tau", "-1e-3", "error: --tau must be a finite real number > 0, got -0.001"),
+    ("--tau", "-.5", "error: --tau must be a finite real number > 0, got -0.5"),
     ("--lam", "-inf", "error: --lam must be in [0, 1], got -inf"),
     ("--lam", "-1E-300", "error: --lam must be in [0, 1], got -1e-300"),
 ])

@@ -83,7 +83,7 @@ def test_kernels_for_names_a_tau_or_lam_that_is_not_a_number(tmp_path):
     _case(tmp_path / "c.npz")
     case = case_mod.load_case(tmp_path / "c.npz")
     for tau in ("1", True, np.array([0.1, 0.2]), float("inf"), 0.0):
-        with pytest.raises(rt.InputError, match="--tau must be a finite number > 0"):
+        with pytest.raises(rt.InputError, match="--tau must be a finite real number > 0"):
             case_mod.kernels_for(case, "covariance", tau=tau)
     for lam in ("0.5", True, 1.5):
         with pytest.raises(rt.InputError, match=r"--lam must be in \[0, 1\]"):
