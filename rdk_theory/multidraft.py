@@ -47,7 +47,7 @@ def _drafts(k) -> int:
     return as_count(k, "k (number of drafts)", 1)
 
 
-def _rho(rho, lo: int = 1):
+def check_rho(rho, lo: int = 1):
     """``rho`` as given when it is exact (an int or a Fraction), else as a float; a real number
     ``>= lo`` (``> 0`` for ``lo = 0``; ``inf`` allowed: no draft is ever accepted), or
     InputError (None, a bool, a string, a complex number or an array included; a 0-d array is
@@ -63,13 +63,13 @@ def _rho(rho, lo: int = 1):
 
 def _check_k_rho(k, rho):
     _drafts(k)
-    return _rho(rho)
+    return check_rho(rho)
 
 
 def beta(target_probs, draft_probs, rho):
     """``beta(rho) = sum_x min(q(x), p(x) / rho)``: the acceptance probability of one draft."""
     p, q = _pq(target_probs, draft_probs)
-    return np.minimum(q, p / _rho(rho, 0)).sum()
+    return np.minimum(q, p / check_rho(rho, 0)).sum()
 
 
 #: Relative slack on the float64 validity condition: at ``k = 1`` (or ``p == q``) the condition
@@ -244,6 +244,7 @@ def one_minus_inv_e() -> float:
 
 
 __all__ = [
-    "LP_MASS_ROUNDOFF", "VALIDITY_RTOL", "beta", "kseq_accept_law", "kseq_acceptance", "kseq_best_rho", "kseq_is_valid",
-    "kseq_output_law", "one_minus_inv_e", "optimal_acceptance_cut", "optimal_acceptance_lp",
+    "LP_MASS_ROUNDOFF", "VALIDITY_RTOL", "beta", "check_rho", "kseq_accept_law", "kseq_acceptance",
+    "kseq_best_rho", "kseq_is_valid", "kseq_output_law", "one_minus_inv_e",
+    "optimal_acceptance_cut", "optimal_acceptance_lp",
 ]

@@ -22,8 +22,8 @@ from fractions import Fraction
 import numpy as np
 
 from rdk_theory.multidraft import (
-    _rho,
     beta,
+    check_rho,
     kseq_accept_law,
     kseq_acceptance,
     kseq_best_rho,
@@ -57,7 +57,7 @@ def kseq_law_by_enumeration(p, q, rho, k: int) -> tuple[np.ndarray, np.ndarray]:
     the missing mass is a draft the target lacks, never accepted). ``rho``: a Fraction >= 1.
     """
     k = as_count(k, "k", 1)
-    rho = _rho(rho)  # < 1 would draft past the target's law: not K-SEQ, and not lossless
+    rho = check_rho(rho)  # < 1 would draft past the target's law: not K-SEQ, and not lossless
     n = len(p)
     accept = np.array([Fraction(0)] * n, dtype=object)
     support = [x for x in range(n) if q[x] != 0]
@@ -85,7 +85,7 @@ def kseq_sample(p, q, rho: float, k: int, n: int, rng) -> tuple[np.ndarray, np.n
     """``n`` K-SEQ steps (float64): returns emitted tokens (n,) and whether a draft was accepted."""
     p = np.asarray(p, dtype=np.float64)
     q = np.asarray(q, dtype=np.float64)
-    n, k, rho = as_count(n, "n"), as_count(k, "k", 1), float(_rho(rho))
+    n, k, rho = as_count(n, "n"), as_count(k, "k", 1), float(check_rho(rho))
     q_draw = InverseCdf(q)  # q may be sub-stochastic: its total is the drafting mass
     mass = q_draw.total
     u = rng.random((n, k))
