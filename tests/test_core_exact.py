@@ -48,6 +48,16 @@ def test_known_values_and_sub_stochastic_vanilla():
     assert rt.oov_cap(P, vm) == F(3, 4)  # p(I) with I = {0, 1, 4}
 
 
+def test_proposals_by_hand():
+    """Mutation pass: a TLI proposal left unnormalised, or RDK transporting the vanilla
+    proposal instead of TLI's, was caught only by the CLI's JSON test. By hand: TLI divides
+    the in-target mass 5/6 out of (1/3, 1/6, ., 1/3); RDK is that row times KERNEL."""
+    vm = rt.VocabMap(5, MAP_HET)
+    assert list(rt.tli_proposal(Q_HET, vm)) == [F(2, 5), F(1, 5), 0, 0, F(2, 5)]
+    assert list(rt.rdk_proposal(Q_HET, vm, rt.DenseKernel(KERNEL))) == [
+        F(1, 5), F(7, 20), F(11, 60), F(2, 15), F(2, 15)]
+
+
 def test_identity_kernel_rdk_equals_tli_and_vanilla_equals_tli_when_pruned():
     q = fr(F(1, 2), F(1, 3), F(1, 6))
     vm = rt.VocabMap.from_kept_ids([3, 0, 2], 5)

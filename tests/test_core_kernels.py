@@ -177,3 +177,21 @@ def test_probability_sum_tolerance_is_the_stated_one(excess, ok):
     else:
         with pytest.raises(rt.InputError, match="must sum to 1"):
             rt.acceptance_rate(p, p)
+
+
+def test_cosine_affinity_values():
+    """Mutation pass: no test read cosine_affinity's values (a norm over the wrong axis gave
+    1.7 on the diagonal). Rows (3, 4), (1, 0), (0, 2): cosines by hand."""
+    emb = np.array([[3.0, 4.0], [1.0, 0.0], [0.0, 2.0]])
+    want = np.array([[1.0, 0.6, 0.8], [0.6, 1.0, 0.0], [0.8, 0.0, 1.0]])
+    assert_close(rt.cosine_affinity(emb)(np.arange(3)), want, rtol=0)
+
+
+def test_covariance_softmax_kernel_where_omega_over_tau_overflows_exp():
+    """Mutation pass: without the row maximum subtracted before exp, Omega / tau = +-2500
+    gave NaN kernels. Calibration rows e_0, e_1: Omega = (1/4) [[1, -1], [-1, 1]], so each row
+    puts all but exp(-5000) of its mass on the diagonal."""
+    cal = np.array([[1.0, 0.0], [0.0, 1.0]])
+    assert np.array_equal(rt.covariance_softmax_kernel(cal, 1e-4).matrix, np.eye(2))
+    got = rt.CovarianceSoftmaxKernel(cal, 1e-4).transport(np.array([0.3, 0.7]))
+    assert np.array_equal(got, [0.3, 0.7])

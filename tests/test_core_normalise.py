@@ -249,3 +249,13 @@ def test_rdk_proposal_with_acceptance_rejects_bad_input_by_name():
         rt.rdk_proposal_with_acceptance(p[:, :2], q, vm, k)  # batch shapes that do not broadcast
     with pytest.raises(rt.InputError, match="kernel is over 61 tokens"):
         rt.rdk_proposal_with_acceptance(p, q, vm, rt.DenseKernel(np.eye(61)))
+
+
+def test_a_row_summing_to_exactly_the_smallest_scaled_sum_is_redone():
+    """Mutation pass: the redo test is ``sum >= TINY`` (2^-900); with ``>`` a row summing to
+    exactly 2^-900 got scale 0 and was not redone: an all-zero proposal."""
+    cal = np.array([[0.7, 0.2, 0.1], [0.1, 0.6, 0.3], [0.2, 0.2, 0.6]])
+    fo = rt.FirstOrderCovarianceKernel(cal, 0.5, engine="fused")
+    r = np.array([2.0 ** -901, 2.0 ** -901, 0.0])
+    assert r.sum() == _fused.TINY
+    assert_close(fo.transport(r, normalise=True), fo.transport(np.array([0.5, 0.5, 0.0])))

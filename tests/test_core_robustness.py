@@ -213,6 +213,34 @@ def test_a_uniform_of_exactly_zero_never_accepts_a_token_with_p_zero():
     assert rt.verify_draft(p, r, 0, _ZeroUniforms(np.random.PCG64(0))) == (1, False)
 
 
+class _TopUniforms(np.random.Generator):
+    """Every uniform is the largest float below 1 (a value numpy's random() can return)."""
+
+    def random(self, size=None, dtype=np.float64, out=None):
+        u = np.nextafter(1.0, 0.0)
+        return u if size is None else np.full(size, u)
+
+
+def test_an_empty_residual_falls_back_to_p():
+    """Mutation pass: r = p / sum p sums to 1 - 2^-53 here, so at u = 1 - 2^-53 nothing is
+    drafted and the residual (p - r)^+ is empty: the step draws from p (token 2, p's inverse
+    CDF at the top). Drawing from the empty residual emitted token -1."""
+    p = np.array([9.0, 18.0, 1.0]) / 28
+    r = p / p.sum()
+    assert r.sum() == np.nextafter(1.0, 0.0)
+    tokens, accepted = rt.sample_steps(p, r, 3, _TopUniforms(np.random.PCG64(0)))
+    assert not accepted.any() and tokens.tolist() == [2, 2, 2]
+
+
+def test_a_target_within_tolerance_is_divided_by_its_sum_before_the_ratio():
+    """Mutation pass: p summing to 1 - 9e-5 passes validation (tolerance 1e-4); r = p / sum p
+    is then the step's own target and every draft must be accepted (n = 200,000; without the
+    division about 1 draft in 10^4 was rejected, 23 here)."""
+    p = np.array([0.2, 0.3, 0.5]) * (1 - 9e-5)
+    _, accepted = rt.sample_steps(p, p / p.sum(), 200_000, np.random.default_rng(0))
+    assert accepted.all()
+
+
 def test_inverse_cdf_never_returns_a_zero_weight_even_at_the_top_end():
     w = np.array([0.1, 0.0, 0.7, 0.2, 0.0, 0.0])
     draw = rt.InverseCdf(w)

@@ -21,6 +21,14 @@ def test_pruned_map_properties():
     assert list(vm.in_target_mask) == [False, True, False, False, True, False]
 
 
+def test_in_target_mask_of_a_map_with_absent_ids():
+    """Mutation pass: a mask that forgot the -1 entries marked target id 3 as hit (every
+    earlier test used a pruned map, which has no -1)."""
+    vm = rt.VocabMap(4, [0, -1, 2])
+    assert list(vm.in_target_mask) == [True, False, True, False]
+    assert list(vm.oov) == [1, 3] and list(vm.intersection) == [0, 2]
+
+
 def test_maps_compare_by_value_and_hash_alike():
     a, b = rt.VocabMap.from_kept_ids([0, 2], 3), rt.VocabMap(3, np.array([0.0, 2.0]))
     assert a == b and hash(a) == hash(b) and len({a, b}) == 1

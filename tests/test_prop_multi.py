@@ -224,6 +224,13 @@ def test_optimal_acceptance_lp_adds_no_atom_for_round_off(monkeypatch):
     assert seen == [7]
 
 
+def test_slem_acceptance_clips_psi_to_one():
+    """Mutation pass: psi within the input tolerance above 1 (1 + 5e-5) must count as 1, or
+    the acceptance exceeds 1 (1.00005)."""
+    assert float(slem_acceptance([0.5, 0.5], [1 + 5e-5, 0.2])) == 0.6
+    assert float(slem_acceptance([1.0], [1 + 5e-5])) == 1.0
+
+
 def test_string_level_acceptances_are_per_context():
     """A (C, V) batch was summed over every axis: two contexts of SLRS 1 gave 2.0."""
     p = np.array([[0.5, 0.5], [1.0, 0.0]])

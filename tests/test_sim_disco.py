@@ -90,6 +90,18 @@ class _Unigram:
 _P, _R, _ALPHA = (0.5, 0.3, 0.2), (0.7, 0.1, 0.0), 0.6
 
 
+def test_the_oracle_charges_no_mismatch_when_every_draft_is_accepted():
+    """Mutation pass: with r = p every draft is accepted, so the oracle drafts gamma_max = 3
+    and emits 4 tokens per call: 2000 tokens in 500 calls, 1500 drafts, time 500 (1 + 3 c).
+    ``charge_mismatch`` must add nothing (it used to be untested; charging anyway gave 2000
+    drafts and time 700)."""
+    out = disco.run_policy(_Unigram([0.5, 0.5]), lambda ctx: np.array([0.5, 0.5]), 2000, 0.1,
+                           np.random.default_rng(0), policy="oracle", gamma_max=3,
+                           charge_mismatch=True)
+    assert (out["iterations"], out["drafts"]) == (500, 1500)
+    assert_close(out["time"], 500 * 1.3)
+
+
 @pytest.mark.mc
 def test_run_policy_emits_the_target_law_and_the_closed_form_tokens_per_call():
     """Static gamma = 3 on a unigram target, n = 30000 tokens (about 13800 target calls):
