@@ -96,6 +96,9 @@ def pick_tau(p_cal, q_cal_kept, vocab_map, make_kernel, scale: float, grid=TAU_G
     for g in grid:
         kern = make_kernel(g * scale)
         a = float(np.mean(acceptance_rate(p_cal, kern.transport(tli), check=False)))
+        if not np.isfinite(a):  # a kernel bug, not a poor tau: never skip it silently
+            raise FloatingPointError(f"the kernel at tau = {g * scale:.3g} gave a non-finite "
+                                     f"acceptance ({a})")
         table[g * scale] = a
         if best is None or a > table[best]:
             best = g * scale

@@ -75,6 +75,9 @@ def synthetic_report(*, n: int, contexts: int, calibration: int, keep, seed: int
         for i, t in enumerate(taus):  # one dense N x N kernel alive at a time
             ker = covariance_softmax_kernel(cal, t)
             score = _mean_alpha(p[tune], ker.transport(props["tli"][tune]))
+            if not np.isfinite(score):  # a kernel bug, not a poor tau: never skip it silently
+                raise FloatingPointError(f"the covariance kernel at tau = {t:.3g} gave a "
+                                         f"non-finite acceptance ({score})")
             if score > best_score:
                 best, best_score, kernel = i, score, ker
             del ker

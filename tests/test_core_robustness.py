@@ -867,3 +867,22 @@ def test_pruned_draft_probs_refuses_logits_and_non_finite_rows(backend):
     assert str(counts.dtype).endswith("float64") and counts.tolist() == [[0.75, 0.25]]
     with pytest.raises(rt.InputError, match="must hold real numbers"):
         rt.vocab.pruned_draft_probs(as_input(np.array([[0.5, 0.5, 0, 0]], dtype=complex)), vm)
+
+
+def test_report_refuses_a_kernel_that_gives_a_non_finite_acceptance(monkeypatch):
+    """Mutation pass: with NaN kernels (no max-shift before exp) the tau search skipped every
+    NaN candidate (NaN > best is False) and the report looked normal. A NaN score is a
+    kernel bug, never a poor tau."""
+    from rdk_theory import report
+
+    real = report.covariance_softmax_kernel
+
+    def nan_at_one_tau(cal, tau):
+        ker = real(cal, tau)
+        if tau == min(report.TAU_MULTIPLIERS) * report.default_tau(cal):
+            ker.transport = lambda r: np.full(np.shape(r), np.nan)
+        return ker
+
+    monkeypatch.setattr(report, "covariance_softmax_kernel", nan_at_one_tau)
+    with pytest.raises(FloatingPointError, match="non-finite acceptance"):
+        report.synthetic_report(n=64, contexts=8, calibration=32, keep=[1.0], seed=0)

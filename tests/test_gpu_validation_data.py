@@ -410,3 +410,22 @@ def test_topk_of_float64_laws_keeps_the_mass_and_the_bound(k):
     approx = acceptance_rate(topk.decompress(pi, pv, pt, 40), topk.decompress(qi, qv, qt, 40),
                              check=False)
     assert np.all(np.abs(exact - approx) <= topk.alpha_error_bound(pt, qt) + FLOAT64_ATOL)
+
+
+@pytest.mark.parametrize("bad_at", [0, 2])
+def test_pick_tau_refuses_a_non_finite_acceptance(bad_at):
+    """A NaN acceptance (a kernel bug) was skipped as a poor tau, or, at the first grid
+    point, won the search (every later ``a > NaN`` is False)."""
+    from rdk_theory import IdentityKernel, VocabMap
+
+    from gpu_validation.samplers import pick_tau
+
+    class _Nan:
+        def transport(self, r):
+            return np.full(np.shape(r), np.nan)
+
+    grid = (1.0, 2.0, 3.0)
+    p = np.array([[0.5, 0.5], [0.2, 0.8]])
+    make = lambda tau: _Nan() if tau == grid[bad_at] else IdentityKernel()  # noqa: E731
+    with pytest.raises(FloatingPointError, match="non-finite acceptance"):
+        pick_tau(p, p, VocabMap.identity(2), make, 1.0, grid=grid)
