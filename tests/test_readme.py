@@ -125,14 +125,14 @@ def test_readme_synthetic_main_job_table_is_what_report_prints(tmp_path, capsys)
 
 def test_readme_real_main_job_table_is_the_committed_run():
     """The real pair's table is ``format_table`` of the committed ``bash scripts/report.sh``
-    output, ``gpu_validation/results/report/report.json`` (the footnote's wording aside)."""
+    output, ``gpu_validation/results/report/report.json``, footnote included."""
     import json
 
     from rdk_theory.report import format_table
 
     report = json.loads((RESULTS / "report" / "report.json").read_text())
     assert report["source"].startswith("real:") and len(report["rows"]) == 5
-    table = format_table(report).replace("see the description above", "see below")
+    table = format_table(report)
     assert table + "\n" == _main_job_blocks()[0]
 
 
