@@ -197,28 +197,25 @@ def test_verify_draft_accepts_iff_u_r_below_p_and_else_draws_the_residual_of_tha
                                                            False)), seed
 
 
-class _ZeroUniforms(np.random.Generator):
-    """Every uniform is exactly 0.0 (a value numpy's random() can return)."""
+class _FixedUniforms(np.random.Generator):
+    """Every uniform is ``u``: 0.0 or the largest float below 1, the two ends of what numpy's
+    random() can return."""
+
+    def __init__(self, u):
+        super().__init__(np.random.PCG64(0))
+        self.u = u
 
     def random(self, size=None, dtype=np.float64, out=None):
-        return 0.0 if size is None else np.zeros(size)
+        return self.u if size is None else np.full(size, self.u)
 
 
 def test_a_uniform_of_exactly_zero_never_accepts_a_token_with_p_zero():
     """u r(x) < p(x) is strict: at u = 0 a draft with p(x) = 0 is still rejected (<= would
     emit a zero-probability token, with chance 2^-53 per step)."""
     p, r = np.array([0.0, 1.0]), np.array([1.0, 0.0])
-    tokens, accepted = rt.sample_steps(p, r, 5, _ZeroUniforms(np.random.PCG64(0)))
+    tokens, accepted = rt.sample_steps(p, r, 5, _FixedUniforms(0.0))
     assert not accepted.any() and (tokens == 1).all()
-    assert rt.verify_draft(p, r, 0, _ZeroUniforms(np.random.PCG64(0))) == (1, False)
-
-
-class _TopUniforms(np.random.Generator):
-    """Every uniform is the largest float below 1 (a value numpy's random() can return)."""
-
-    def random(self, size=None, dtype=np.float64, out=None):
-        u = np.nextafter(1.0, 0.0)
-        return u if size is None else np.full(size, u)
+    assert rt.verify_draft(p, r, 0, _FixedUniforms(0.0)) == (1, False)
 
 
 def test_an_empty_residual_falls_back_to_p():
@@ -228,7 +225,7 @@ def test_an_empty_residual_falls_back_to_p():
     p = np.array([9.0, 18.0, 1.0]) / 28
     r = p / p.sum()
     assert r.sum() == np.nextafter(1.0, 0.0)
-    tokens, accepted = rt.sample_steps(p, r, 3, _TopUniforms(np.random.PCG64(0)))
+    tokens, accepted = rt.sample_steps(p, r, 3, _FixedUniforms(np.nextafter(1.0, 0.0)))
     assert not accepted.any() and tokens.tolist() == [2, 2, 2]
 
 
