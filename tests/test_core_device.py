@@ -308,8 +308,10 @@ def test_host_side_helpers_read_half_precision_tensors_as_numpy_float16(device_t
 def test_the_torch_inverse_cdf_draws_the_same_indices_whatever_the_scale_of_the_weights(scale):
     """The torch twin of the InverseCdf scale test: weights (5e-324, 5e-324) drew 1/4 : 3/4,
     because ``u * total`` rounded to multiples of 2^-1074."""
-    u = torch.tensor(np.concatenate([np.linspace(0, 1, 4001)[:-1], [np.nextafter(1.0, 0)]]))
-    for w in ([1.0, 1.0], [1.0, 2.0], [0.0, 1.0, 0.0, 3.0, 0.0], [5.0, 1.0, 1.0, 1.0]):
+    from tests.test_core_robustness import SCALE_TEST_UNIFORMS, SCALE_TEST_WEIGHTS
+
+    u = torch.tensor(SCALE_TEST_UNIFORMS)
+    for w in SCALE_TEST_WEIGHTS:
         w = np.array(w)
         got = sampling._inverse_cdf_torch(torch.tensor(w * scale), u)
         assert np.array_equal(got.numpy(), rt.InverseCdf(w)(u.numpy())), (w, scale)

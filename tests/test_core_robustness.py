@@ -248,13 +248,19 @@ def test_inverse_cdf_never_returns_a_zero_weight_even_at_the_top_end():
     assert rt.InverseCdf(np.zeros(3)).last == -1
 
 
+#: Uniforms over [0, 1), both ends included, and weight vectors (zeros among them) whose law
+#: must not depend on their scale: shared with the torch twin in test_core_device.
+SCALE_TEST_UNIFORMS = np.concatenate([np.linspace(0, 1, 4001)[:-1], [np.nextafter(1.0, 0)]])
+SCALE_TEST_WEIGHTS = ([1.0, 1.0], [1.0, 2.0], [0.0, 1.0, 0.0, 3.0, 0.0], [5.0, 1.0, 1.0, 1.0])
+
+
 @pytest.mark.parametrize("scale", [2.0 ** -1074, 2.0 ** -1060, 2.0 ** -1000, 2.0 ** 1021])
 def test_inverse_cdf_draws_the_same_indices_whatever_the_scale_of_the_weights(scale):
     """Weights times a subnormal or huge factor give the same law: the search used to round
     u * total to multiples of 2^-1074 (weights (5e-324, 5e-324) drew 1/4 : 3/4) and to
     refuse finite weights whose sum overflowed."""
-    u = np.concatenate([np.linspace(0, 1, 4001)[:-1], [np.nextafter(1.0, 0)]])
-    for w in ([1.0, 1.0], [1.0, 2.0], [0.0, 1.0, 0.0, 3.0, 0.0], [5.0, 1.0, 1.0, 1.0]):
+    u = SCALE_TEST_UNIFORMS
+    for w in SCALE_TEST_WEIGHTS:
         w = np.array(w)
         with np.errstate(over="ignore"):  # numpy warns when the sum overflows (documented)
             scaled = rt.InverseCdf(w * scale)
