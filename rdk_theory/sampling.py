@@ -21,10 +21,9 @@ class InverseCdf:
 
     Negative weights beyond round-off (``-NEG_ATOL``) and non-finite ones raise InputError; all
     zeros are allowed (``last`` is then -1: nothing can be drawn). ``total`` is the weights'
-    sum (the drafting mass of a sub-stochastic law). Finite weights of any size are fine: a
-    total below ``2^-960`` (where ``u * total`` would lose bits) or beyond float64's range
-    (``total`` is then inf, and numpy warns about the overflow) is searched on a copy scaled by
-    a power of two.
+    sum (the drafting mass of a sub-stochastic law). Finite weights of any size are fine, with
+    no numpy warning: a total below ``2^-960`` (where ``u * total`` would lose bits) or beyond
+    float64's range (``total`` is then inf) is searched on a copy scaled by a power of two.
 
     ``self(u)`` maps uniforms ``u`` in [0, 1) to indices ``i`` with
     ``cdf[i-1] <= u * total < cdf[i]``; an index of zero weight is never returned (rounding at
@@ -41,16 +40,18 @@ class InverseCdf:
             if low < -NEG_ATOL:
                 raise InputError(f"weights must be non-negative, got {low:.3g}")
             w = np.maximum(w, 0.0)  # round-off negatives are 0 (a copy)
-        self.cdf = np.cumsum(w)  # sequential: a zero weight repeats the previous sum exactly
+        with np.errstate(over="ignore"):  # finite weights whose sum overflows: rescaled below
+            self.cdf = np.cumsum(w)  # sequential: a zero weight repeats the previous sum exactly
         self.total = float(self.cdf[-1])  # the weights' sum (a sub-stochastic law's mass)
         self._top = self.total  # what the search scales u by: the last entry of cdf
         if not (_SMALLEST_TOTAL <= self.total < np.inf) and self.total > 0:
-            # finite weights whose sum overflows (numpy warns), or so small that u * total
-            # would round to multiples of the smallest subnormal: search their scaled copy
+            # finite weights whose sum overflows, or so small that u * total would round to
+            # multiples of the smallest subnormal: search their scaled copy
             w, shift = _rescaled(w)
             self.cdf = np.cumsum(w)
             self._top = float(self.cdf[-1])
-            self.total = float(np.ldexp(self._top, shift))  # the sum itself, as before
+            with np.errstate(over="ignore"):
+                self.total = float(np.ldexp(self._top, shift))  # the sum itself, inf if it overflows
         if not np.isfinite(self._top):  # NaN and inf weights end up here
             raise InputError(f"weights must be finite, got a total of {self._top}")
         positive = np.flatnonzero(w > 0)

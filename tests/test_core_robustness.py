@@ -1,5 +1,6 @@
 """Regressions found in review: round-off at the boundary, overflow, aliasing, CLI edge cases."""
 import json
+import warnings
 
 import numpy as np
 import pytest
@@ -258,17 +259,20 @@ SCALE_TEST_WEIGHTS = ([1.0, 1.0], [1.0, 2.0], [0.0, 1.0, 0.0, 3.0, 0.0], [5.0, 1
 def test_inverse_cdf_draws_the_same_indices_whatever_the_scale_of_the_weights(scale):
     """Weights times a subnormal or huge factor give the same law: the search used to round
     u * total to multiples of 2^-1074 (weights (5e-324, 5e-324) drew 1/4 : 3/4) and to
-    refuse finite weights whose sum overflowed."""
+    refuse finite weights whose sum overflowed (and numpy warned about the overflow)."""
     u = SCALE_TEST_UNIFORMS
     for w in SCALE_TEST_WEIGHTS:
         w = np.array(w)
-        with np.errstate(over="ignore"):  # numpy warns when the sum overflows (documented)
+        with warnings.catch_warnings():
+            warnings.simplefilter("error")  # no overflow warning reaches the caller
             scaled = rt.InverseCdf(w * scale)
+        with np.errstate(over="ignore"):
             total = w.sum() * scale  # exact for a power of two, inf where it overflows
         assert np.array_equal(scaled(u), rt.InverseCdf(w)(u)), (w, scale)
         # total stays the weights' sum: the simulators read it as a drafting mass
         assert scaled.total == total, (w, scale)
-    with np.errstate(over="ignore"):
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
         assert rt.draw(np.array([1e308, 1e308, 0.0]), np.random.default_rng(0)) in (0, 1)
 
 
