@@ -11,7 +11,8 @@ import time
 
 import numpy as np
 
-from rdk_theory.commands import (CASE_HELP, add_kernel_options, clipped_acceptance, read_case,
+from rdk_theory.case import kernel_options_used, load_case
+from rdk_theory.commands import (CASE_HELP, add_kernel_options, clipped_acceptance,
                                  warn_ignored_options)
 
 RAW = argparse.RawDescriptionHelpFormatter
@@ -156,9 +157,7 @@ def compute_bounds(case, *, kernel_name: str = "identity", tau=None, lam=None,
 
 
 def cmd_bounds(args) -> int:
-    from rdk_theory.case import kernel_options_used
-
-    case = read_case(args.case)
+    case = load_case(args.case)
     kind = args.kernel or "identity"
     res = compute_bounds(case, kernel_name=kind, tau=args.tau, lam=args.lam, lp=args.lp)
     warn_ignored_options(args, f"--kernel {kind}", kernel_options_used(kind), case)

@@ -40,16 +40,6 @@ CASE_HELP = (
 )
 
 
-def read_case(path):
-    """:func:`rdk_theory.case.load_case`, with one stderr warning naming the arrays of the file
-    that are not part of a case (they are left out, and change nothing)."""
-    case = load_case(path)
-    if case.ignored_keys:
-        print(f"warning: {path}: ignoring arrays {list(case.ignored_keys)} (a case holds "
-              f"{', '.join(CASE_KEYS)})", file=sys.stderr)
-    return case
-
-
 def clipped_acceptance(p, r):
     """Per-context acceptance, clipped to [0, 1]: the sum of minima of two distributions can
     exceed 1 by round-off (1 + 2e-16 for p == q), and it is reported as the probability it is."""
@@ -84,9 +74,14 @@ _ROLES = {"--kernel": "vanilla and TLI use no kernel",
 def warn_ignored_options(args, context: str, used: dict, case=None) -> None:
     """One stderr line per kernel option given but not in ``used``
     (:func:`rdk_theory.case.kernel_options_used`), once the kernels are built (a bad value
-    is still an error first). The run and its output are unchanged: the option is ignored,
-    as before, but no longer silently. With ``case``, also a line when ``--lam`` sets a
-    marginal kernel that is the identity on that case whatever its weight."""
+    is still an error first, and the only line on stderr). The run and its output are
+    unchanged: the option is ignored, as before, but no longer silently. With ``case`` (read
+    from ``args.case``), also a line naming the arrays of the file that are not part of a
+    case, and one when ``--lam`` sets a marginal kernel that is the identity on that case
+    whatever its weight."""
+    if case is not None and case.ignored_keys:
+        print(f"warning: {args.case}: ignoring arrays {list(case.ignored_keys)} (a case holds "
+              f"{', '.join(CASE_KEYS)})", file=sys.stderr)
     for opt, role in _ROLES.items():
         if getattr(args, opt[2:]) is not None and not used[opt]:
             print(f"warning: {opt} is ignored with {context}: {role}", file=sys.stderr)
@@ -98,7 +93,7 @@ def warn_ignored_options(args, context: str, used: dict, case=None) -> None:
 
 
 def cmd_acceptance(args) -> int:
-    case = read_case(args.case)
+    case = load_case(args.case)
     kind = args.kernel or "identity"
     kernel, first = kernels_for(case, kind, tau=args.tau, lam=args.lam)
     warn_ignored_options(args, f"--kernel {kind}", kernel_options_used(kind), case)
@@ -126,7 +121,7 @@ def cmd_acceptance(args) -> int:
 
 
 def cmd_sample(args) -> int:
-    case = read_case(args.case)
+    case = load_case(args.case)
     if not 0 <= args.context < case.n_contexts:
         raise InputError(f"--context {args.context} is out of range: the case has "
                          f"{case.n_contexts} contexts (0..{case.n_contexts - 1})")

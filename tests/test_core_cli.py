@@ -305,6 +305,23 @@ def test_arrays_outside_a_case_are_ignored_with_a_warning(tmp_path, capsys, extr
         assert outs[0] == outs[1]
 
 
+@pytest.mark.parametrize("argv, problem", [
+    (["acceptance", "--kernel", "dense"], "kernel"),
+    (["sample", "--sampler", "tli", "--context", "5", "--n", "1", "--seed", "0"], "--context"),
+    (["sample", "--sampler", "rdk_exact", "--kernel", "marginal", "--lam", "2", "--context", "0",
+      "--n", "1", "--seed", "0"], "--lam"),
+    (["bounds", "--kernel", "covariance", "--tau", "-1"], "--tau")])
+def test_bad_input_in_a_file_with_extra_arrays_is_one_error_line(tmp_path, capsys, argv,
+                                                                 problem):
+    """The warning naming a file's extra arrays waits until the command line has been checked:
+    bad input is still exactly one line on stderr, the error (the warning came first)."""
+    arrays = _write_case(tmp_path / "plain.npz", kernel=None)
+    np.savez(tmp_path / "extra.npz", **arrays, provenance=np.arange(3))
+    code, out, err = _run(capsys, argv[0], str(tmp_path / "extra.npz"), *argv[1:])
+    assert code == 2 and out == ""
+    assert len(err.splitlines()) == 1 and err.startswith("error: ") and problem in err, err
+
+
 def test_float16_rows_within_their_rounding_are_read(tmp_path, capsys):
     """float16 rows of a real vocabulary miss 1 by their rounding (up to ~1e-3): the file's
     numpy path allows float16's machine epsilon, as the torch path does, and reads the rows
