@@ -17,6 +17,8 @@ def make_out_folder(out: str) -> list:
     """Make ``--out`` (and missing parents) before any work, so that a folder that cannot be
     made or written is an error now, not after the run; returns the folders it made,
     outermost first, for :func:`remove_empty` to remove if the run then fails."""
+    if not out:  # abspath('') is the working folder, which makedirs('') cannot make
+        raise InputError("--out must name a folder, got an empty string")
     ancestor, made = os.path.abspath(out), []
     while not os.path.exists(ancestor):
         made.insert(0, ancestor)

@@ -53,7 +53,8 @@ def load_case(path) -> Case:
     """Read and validate ``CASE.npz``; every problem raises :class:`InputError` naming it."""
     path = os.fspath(path)
     if not os.path.exists(path):
-        raise InputError(f"case file not found: {path}")
+        raise InputError(f"case file not found: {path}" if path else
+                         "the case file's path is empty")
     if os.path.isdir(path):
         raise InputError(f"{path} is a directory, not a case file")
     try:  # is_zipfile would call a file it cannot open "not an .npz archive"

@@ -94,10 +94,16 @@ def main(argv: list[str] | None = None) -> int:
     return run_command(args.func, args)
 
 
+#: How numpy refuses an array whose size or byte count exceeds what it can index (e.g.
+#: ``simulate block --mc 1e19``): sizes the options allow, like a MemoryError, not a bug.
+_NUMPY_SIZE_ERRORS = ("Maximum allowed dimension exceeded", "array is too big")
+
+
 def run_command(func, args) -> int:
     """``func(args)`` as a command's exit status; bad input, a missing file, an OS error (a
     folder that cannot be written) or a MemoryError becomes one ``error: ...`` line on stderr
-    and exit status 2, an interrupt exit status 130, a reader leaving the pipe early 0."""
+    and exit status 2 (so does numpy's refusal of an array too large to index), an interrupt
+    exit status 130, a reader leaving the pipe early 0."""
     try:
         return int(func(args) or 0)
     except BrokenPipeError:
@@ -119,6 +125,12 @@ def run_command(func, args) -> int:
         return EXIT_BAD_INPUT
     except MemoryError as exc:  # sizes the options allow but this machine cannot hold
         print(_one_line(f"error: out of memory ({str(exc) or 'no detail'}): choose smaller sizes"),
+              file=sys.stderr)
+        return EXIT_BAD_INPUT
+    except ValueError as exc:
+        if not str(exc).startswith(_NUMPY_SIZE_ERRORS):
+            raise  # a bug, with its traceback
+        print(_one_line(f"error: an array too large for numpy ({exc}): choose smaller sizes"),
               file=sys.stderr)
         return EXIT_BAD_INPUT
     except KeyboardInterrupt:

@@ -31,7 +31,8 @@ from . import _backend as B
 from ._progress import progress
 from .validation import (InputError, as_calibration, as_count, as_prob_array, as_real_array,
                          check_nonnegative, check_row_stochastic, check_tau, is_rational_array,
-                         known_shape)
+                         known_shape, real_number)
+from .vocab import check_vocab_map
 
 
 class _DeviceCache:
@@ -197,12 +198,11 @@ class MarginalKernel:
         w = as_prob_array(w, "w")
         if w.ndim != 1:
             raise InputError(f"w must be 1-D, got shape {w.shape}")
-        try:
-            in_range = bool(0 <= lam <= 1)
-        except (TypeError, ValueError):  # ValueError: an array's truth value
-            in_range = False
-        if not in_range:
+        scalar = real_number(lam)  # None for an array, a tensor of several entries, a string
+        if scalar is None or not 0 <= scalar <= 1:  # NaN fails too
             raise InputError(f"lam must be a number in [0, 1], got {lam!r}")
+        if not isinstance(lam, numbers.Rational):  # an int or Fraction stays exact
+            lam = scalar  # a float: numpy's, or a 0-d array's or tensor's
         # a private host copy: later edits by the caller cannot leak in; torch input (any
         # device) is copied to the host, and transport moves it to each input's device. A float
         # w (validated to sum to 1 within PROB_ATOL) is renormalised so that the kernel is
@@ -239,6 +239,7 @@ class MarginalKernel:
         """``(mu, mu(OOV))``: the calibration mean (N_T,) and its mass outside ``I`` (0 when
         OOV is empty). Where that mass is 0, :meth:`from_calibration` gives the identity,
         whatever ``lam``."""
+        check_vocab_map(vocab_map)
         mu = as_calibration(calibration_probs, n_target=vocab_map.n_target).mean(axis=0)
         oov = vocab_map.oov
         return mu, (float(mu[oov].sum()) if oov.size else 0.0)
@@ -417,6 +418,8 @@ def covariance_affinity(calibration_probs):
 def cosine_affinity(embeddings):
     """Callable ``rows -> cos(e_rows, e_all)`` for embedding rows (e.g. the target LM head)."""
     e = as_real_array(embeddings, "embeddings")
+    if e.ndim != 2:
+        raise InputError(f"embeddings must be (N, d), one row per token, got shape {e.shape}")
     e = e / np.maximum(np.linalg.norm(e, axis=1, keepdims=True), 1e-300)
     return lambda rows: e[rows] @ e.T
 

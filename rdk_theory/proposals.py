@@ -101,6 +101,7 @@ def rdk_proposal_with_acceptance(target_probs, draft_probs, vocab_map, kernel, *
 
 
 def _check_kernel(kernel, vocab_map, name, *, optional: bool = False):
+    check_vocab_map(vocab_map)  # before vocab_map.n_target below
     if kernel is None and optional:
         return
     if not callable(getattr(kernel, "transport", None)):

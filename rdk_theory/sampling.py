@@ -12,8 +12,8 @@ from __future__ import annotations
 import numpy as np
 
 from . import _backend as B
-from .validation import (NEG_ATOL, InputError, as_count, as_prob_array, check_numpy_rng, host,
-                         same_backend)
+from .validation import (NEG_ATOL, InputError, as_count, as_prob_array, as_real_array,
+                         check_numpy_rng, host, same_backend)
 
 
 class InverseCdf:
@@ -32,7 +32,7 @@ class InverseCdf:
     """
 
     def __init__(self, weights):
-        w = np.asarray(B.to_numpy(weights), dtype=np.float64)
+        w = as_real_array(weights, "weights")  # a string or a ragged list is an InputError
         if w.ndim != 1 or w.size == 0:
             raise InputError(f"weights must be a non-empty 1-D vector, got shape {w.shape}")
         low = w.min()
@@ -302,7 +302,11 @@ def emitted_counts(tokens, n_target: int) -> np.ndarray:
             tokens = tokens.to(torch.int64)  # uint64 ids from 2^63 wrap below 0
     else:
         listed = not isinstance(tokens, np.ndarray)
-        tokens = np.asarray(tokens)
+        try:
+            tokens = np.asarray(tokens)
+        except ValueError:  # a ragged list
+            raise InputError("tokens must be a 1-D list of integer target ids, got a ragged "
+                             "nested list") from None
         if listed and tokens.size == 0:  # [] comes as float64
             tokens = tokens.astype(np.int64)
         integer, size = tokens.dtype.kind in "iu", tokens.size

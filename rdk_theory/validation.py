@@ -75,7 +75,7 @@ def as_prob_array(x, name: str, *, allow_sub_stochastic: bool = False, atol: flo
     if np.any(arr < 0):
         if np.any(arr < -NEG_ATOL):
             idx = tuple(int(i) for i in np.argwhere(arr < -NEG_ATOL)[0])
-            raise InputError(f"{name} has a negative probability {arr[idx]:.3g} at index {idx} "
+            raise InputError(f"{name} has a negative probability {float(arr[idx])!r} at index {idx} "
                              f"(tolerance {NEG_ATOL:g})")
         arr = np.maximum(arr, 0.0)  # a copy: the caller's array is left as it was
     with np.errstate(over="ignore"):  # finite entries near 1e308 sum to inf: reported below
@@ -175,10 +175,16 @@ def same_backend(a, b, names=("a", "b")):
     return (tensor, other) if ta else (other, tensor)
 
 
+#: The largest count or size accepted (:func:`as_count`, :func:`int_at_least`): int64's, the
+#: integers numpy sizes, indexes and counts with (a larger one was numpy's OverflowError or
+#: ValueError, or a loop that could never end).
+MAX_COUNT = 2**63 - 1
+
+
 def as_count(value, name: str, lo: int = 0) -> int:
-    """``value`` as a Python ``int >= lo``: an int, a numpy integer, a whole-number float or
-    Fraction (``1e5``, ``Fraction(2)``), or a 0-d array/tensor of one; anything else (``2.5``,
-    NaN, a string, a bool) raises InputError."""
+    """``value`` as a Python ``int`` in ``[lo, MAX_COUNT]``: an int, a numpy integer, a
+    whole-number float or Fraction (``1e5``, ``Fraction(2)``), or a 0-d array/tensor of one;
+    anything else (``2.5``, NaN, a string, a bool, ``2**70``) raises InputError."""
     out = None
     if (isinstance(value, np.ndarray) or _is_torch(value)) and value.ndim == 0:
         value = value.item()  # a 0-d array or tensor: its number
@@ -190,6 +196,8 @@ def as_count(value, name: str, lo: int = 0) -> int:
                 out = int(value)
     if out is None or out < lo:
         raise InputError(f"{name} must be an integer >= {lo}, got {value!r}")
+    if out > MAX_COUNT:
+        raise InputError(f"{name} must be an integer <= 2^63 - 1 (int64), got {value!r}")
     return out
 
 
@@ -201,8 +209,8 @@ def check_numpy_rng(rng, who: str = "numpy arrays need") -> None:
 
 
 def int_at_least(lo: int):
-    """An argparse ``type``: an integer >= ``lo``; anything else is a one-line usage error
-    (``error: ...``, exit status 2) before the command starts."""
+    """An argparse ``type``: an integer in ``[lo, MAX_COUNT]``; anything else is a one-line
+    usage error (``error: ...``, exit status 2) before the command starts."""
     import argparse
 
     def parse(text):
@@ -212,6 +220,9 @@ def int_at_least(lo: int):
             raise argparse.ArgumentTypeError(f"expected an integer, got {text!r}") from None
         if value < lo:
             raise argparse.ArgumentTypeError(f"expected an integer >= {lo}, got {value}")
+        if value > MAX_COUNT:
+            raise argparse.ArgumentTypeError(f"expected an integer <= 2^63 - 1 (int64), got "
+                                             f"{value}")
         return value
     return parse
 
@@ -302,7 +313,7 @@ def _check_torch_probs(x, name, allow_sub_stochastic, atol):
         # also flushes entries below 6e-8 to 0, which over a long tail can miss by more: upcast)
     if (x < 0).any():
         if (x < -NEG_ATOL).any():
-            raise InputError(f"{name} has a negative probability (min {x.min().item():.3g}, "
+            raise InputError(f"{name} has a negative probability (min {x.min().item()!r}, "
                              f"tolerance {NEG_ATOL:g})")
         x = x.clamp_min(0)  # a copy: the caller's tensor is left as it was
     sums = x.sum(-1, dtype=torch.float64)

@@ -72,6 +72,8 @@ def test_verify_draft_validates_the_inputs_as_given_like_sample_steps():
     (np.zeros(3), "positive sum"), ([0.5, -0.4, 0.5], "non-negative"),
     ([0.5, np.nan, 0.5], "finite"), ([0.5, np.inf], "finite"),
     (np.ones((2, 2)), "1-D"), ([], "non-empty"),
+    ("abc", "real numbers"), ([[0.5, 0.5], [1.0]], "not a numeric array"),  # were numpy's
+    ({"a": 1}, "real numbers"),                                              # own errors
 ])
 def test_draw_refuses_weights_it_cannot_draw_from(weights, match):
     with pytest.raises(rt.InputError, match=match):
@@ -105,6 +107,24 @@ def test_as_count_takes_integers_and_whole_floats_only():
     for bad in (2.5, float("inf"), float("nan"), "3", True, np.bool_(False), None, -1):
         with pytest.raises(rt.InputError, match="x must be an integer >= 0"):
             as_count(bad, "x")
+    assert as_count(2**63 - 1, "x") == 2**63 - 1  # int64's largest: numpy sizes and counts in it
+    for bad in (2**63, 2**70, 1e19):
+        with pytest.raises(rt.InputError, match=r"x must be an integer <= 2\^63 - 1"):
+            as_count(bad, "x")
+
+
+def test_counts_beyond_int64_are_input_errors_not_numpy_errors_or_endless_loops():
+    """2**70 steps was numpy's ValueError in sample_steps, a loop that never ended in
+    sample_counts (nor could its int64 counts hold the result), and an OverflowError as
+    emitted_counts' n_target; a ragged token list was numpy's ValueError."""
+    p, rng = np.array([0.5, 0.5]), np.random.default_rng(0)
+    for call in (lambda: rt.sample_steps(p, p, 2**70, rng),
+                 lambda: rt.sample_counts(p, p, 2**70, rng, progress=False),
+                 lambda: rt.emitted_counts([0, 1], 2**70)):
+        with pytest.raises(rt.InputError, match=r"<= 2\^63 - 1"):
+            call()
+    with pytest.raises(rt.InputError, match="ragged"):
+        rt.emitted_counts([[0], [1, 2]], 3)
 
 
 def test_pruned_draft_probs_takes_probabilities_not_logits():
@@ -134,9 +154,26 @@ def test_marginal_kernel_takes_an_integer_point_mass_and_refuses_a_non_number_la
     q = np.array([0.2, 0.5, 0.3])
     from_int = rt.MarginalKernel(torch.tensor([0, 1, 0]), 0.5).transport(q)
     assert from_int.tolist() == rt.MarginalKernel(np.array([0.0, 1.0, 0.0]), 0.5).transport(q).tolist()
-    for lam in (None, "0.5", 1.5):
+    for lam in (None, "0.5", 1.5, torch.tensor([0.5, 0.5]), True):  # the tensor: torch's error
         with pytest.raises(rt.InputError, match="lam must be a number in"):
             rt.MarginalKernel(np.array([0.0, 1.0, 0.0]), lam)
+    # one number in any form is that number; an int or Fraction stays exact
+    for lam in (np.float32(0.5), torch.tensor(0.5), np.array(0.5)):
+        assert rt.MarginalKernel(np.array([0.0, 1.0, 0.0]), lam).lam == 0.5
+    assert type(rt.MarginalKernel(np.array([0.0, 1.0, 0.0]), Fraction(1, 2)).lam) is Fraction
+
+
+def test_a_missing_vocab_map_or_a_vector_of_embeddings_is_an_input_error():
+    """Each was an AttributeError or numpy's AxisError: the kernel was checked against
+    vocab_map.n_target before vocab_map itself, and the embeddings' norm ran over axis 1."""
+    q, cal = np.full((1, 4), 0.25), np.random.default_rng(0).dirichlet(np.ones(6), 5)
+    with pytest.raises(rt.InputError, match="vocab_map must be a rdk_theory.VocabMap"):
+        rt.rdk_proposal(q, None, rt.DenseKernel(np.eye(6)))
+    with pytest.raises(rt.InputError, match="vocab_map must be a rdk_theory.VocabMap"):
+        rt.MarginalKernel.from_calibration(cal, None, 0.5)
+    for e in (np.ones(3), 1.0):
+        with pytest.raises(rt.InputError, match=r"embeddings must be \(N, d\)"):
+            rt.cosine_affinity(e)
 
 
 def test_segmentations_count_a_repeated_drafter_token_once():

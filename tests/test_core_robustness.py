@@ -150,6 +150,12 @@ def test_blockwise_covariance_kernel_equals_the_dense_one(block_bytes):
     (["sample", "{missing}", "--sampler", "tli", "--context", "0", "--n", "5", "--seed", "-1"],
      "argument --seed: expected an integer >= 0, got -1"),
     (["report", "--source", "synthetic", "--out", "{case}"], "not a directory"),
+    # counts beyond int64 (the counts' type): --n 1e26 ran for ever
+    (["sample", "{missing}", "--sampler", "tli", "--context", "0", "--n", str(2**63),
+      "--seed", "1"], "argument --n: expected an integer <= 2^63 - 1 (int64), got 9223372036854775808"),
+    # an empty path named no option (report) or nothing at all (acceptance)
+    (["report", "--source", "synthetic", "--out", ""], "--out must name a folder, got an empty string"),
+    (["acceptance", ""], "the case file's path is empty"),
 ])
 def test_cli_edge_cases_exit_2_with_one_line(tmp_path, capsys, argv, message):
     _case(tmp_path / "c.npz")
@@ -324,6 +330,9 @@ def _bad(name, value):
     (_bad("draft_probs", lambda q: q.astype(str)), [], "strings"),
     (_bad("target_probs", lambda p: np.where(np.arange(6) == 0, -1e-9, p)), [],
      "negative probability"),
+    # just past the tolerance: shown in full, not rounded to the tolerance itself (-1e-12)
+    (_bad("target_probs", lambda p: np.where(np.arange(6) == 0, -1.0000001e-12, p)), [],
+     "negative probability -1.0000001e-12 at index (0, 0) (tolerance 1e-12)"),
     (_bad("target_probs", lambda p: p * 1.001), [], "must sum to 1"),
     (_bad("target_probs", lambda p: p[:, :, None]), [], "must be 2-D (contexts, vocab)"),
     (lambda a: a, ["--kernel", "covariance", "--tau", "-1"], "--tau"),

@@ -89,6 +89,12 @@ def test_spectr_and_string(capsys):
     ["disco", "--thresholds", "1.5"],
     ["disco", "--c", "2"],  # slower than the target: the oracle would not bound the policies
     ["disco", "--trace-length", "1"],
+    # beyond int64: refused by the parser (--tokens and --trials were loops that never ended)
+    *[[sim, opt, str(2**63)] for sim, opt in (("block", "--mc"), ("disco", "--tokens"),
+                                              ("spectr", "--trials"), ("spectr", "--mc"))],
+    # within int64, but arrays numpy cannot index: its ValueError was a traceback
+    ["speedup", "--mc", str(2**63 - 1)],
+    ["disco", "--trace-length", str(2**62)],
     ["speedup", "--figure", "{tmp}/x.txt"],  # a format matplotlib cannot write
     ["speedup", "--figure", "{tmp}/a_file/x.png"],  # a folder that is a file
     ["speedup", "--figure", "{tmp}/missing/x.png"],
