@@ -447,3 +447,51 @@ def test_negative_numbers_in_float_notation_are_values(tmp_path, capsys, option,
     code, out, err = _run(capsys, "acceptance", str(tmp_path / "case.npz"), "--kernel",
                           "marginal" if option == "--lam" else "covariance", option, value)
     assert (code, out, err.strip().splitlines()) == (2, "", [want])
+
+
+def test_default_tau_is_the_largest_token_variance_across_contexts():
+    """The default tau is max_i Omega_ii, a token's variance across the calibration rows
+    (axis 0), not a row's variance."""
+    from rdk_theory.case import default_tau
+
+    cal = np.array([[0.5, 0.5, 0.0], [0.5, 0.0, 0.5]])
+    assert default_tau(cal) == 0.0625  # exact in binary: tokens 1 and 2: variance 1/16
+
+
+def test_synthetic_report_tunes_on_held_out_rows_and_evaluates_on_the_others():
+    """The report's numbers recomputed from their definitions: K = round(f N), tau picked by
+    the best mean acceptance on the tuning rows, TLI and first-order RDK (at that tau)
+    evaluated on the other rows. Tuning and evaluating on the same rows, the worst tau,
+    first-order RDK at another tau and K = floor(f N) all went unseen."""
+    from rdk_theory.acceptance import acceptance_rate
+    from rdk_theory.case import default_tau
+    from rdk_theory.first_order import FirstOrderCovarianceKernel
+    from rdk_theory.kernels import covariance_softmax_kernel
+    from rdk_theory.proposals import build_proposals
+    from rdk_theory.report import TAU_MULTIPLIERS, synthetic_report
+    from rdk_theory.synthetic import zipfian_lm
+    from rdk_theory.vocab import VocabMap, keep_most_frequent, pruned_draft_probs
+
+    n, ctx, cal_n, frac = 48, 6, 24, 0.31  # K = round(14.88) = 15, not floor 14
+    rep = synthetic_report(n=n, contexts=ctx, calibration=cal_n, keep=[frac], seed=5,
+                           show_progress=False)
+    (row,) = rep["rows"]
+    lm = zipfian_lm(np.random.default_rng(5), n, contexts=2 * ctx, calibration=cal_n)
+    cal, p = lm.calibration_probs, lm.target_probs
+    vm = VocabMap.from_kept_ids(keep_most_frequent(cal.mean(axis=0), 15), n)
+    tli = build_proposals(pruned_draft_probs(lm.draft_probs, vm), vm, check=False)["tli"]
+    taus = [default_tau(cal) * m for m in TAU_MULTIPLIERS]
+    scores = [acceptance_rate(p[:ctx], covariance_softmax_kernel(cal, t).transport(tli[:ctx]),
+                              check=False).mean() for t in taus]
+    best = taus[int(np.argmax(scores))]
+    assert row["kept"] == 15 and row["tau"] == best
+    assert_close(row["tli"], acceptance_rate(p[ctx:], tli[ctx:], check=False).mean())
+    fo = FirstOrderCovarianceKernel(cal, best).transport(tli[ctx:])
+    assert_close(row["rdk_first_order"], acceptance_rate(p[ctx:], fo, check=False).mean())
+
+
+def test_capped_mean_never_exceeds_one():
+    """A keep-all drafter's mean OOV cap is 1 + round-off; the report caps it at 1."""
+    from rdk_theory.report import capped_mean
+
+    assert capped_mean([1 + 6e-15, 1.0]) == 1.0 and capped_mean([0.5, 0.75]) == 0.625

@@ -110,3 +110,14 @@ def test_max_offdiag_affinity_is_the_largest_off_diagonal_omega_over_tau():
     |off-diagonal| entry is 1/12, below the diagonal's 1/6 (which must not count)."""
     cal = np.array([[1.0, 0.0, 0.0], [0.0, 0.5, 0.5], [0.5, 0.0, 0.5]])
     assert_close(rt.FirstOrderCovarianceKernel(cal, tau=2.0).max_offdiag_affinity(), 1 / 24)
+
+
+def test_from_factor_refuses_a_factor_whose_rows_do_not_sum_to_zero():
+    """from_factor needs a centred factor: otherwise the first-order vector no longer sums
+    to sum q', and the kernel silently changes the proposal's mass."""
+    from rdk_theory.first_order import FirstOrderCovarianceKernel
+    from rdk_theory.validation import InputError
+
+    with pytest.raises(InputError, match="does not sum to 0"):
+        FirstOrderCovarianceKernel.from_factor(np.array([[1.0, 0.0, 0.0]]), 1.0)
+    FirstOrderCovarianceKernel.from_factor(np.array([[1.0, -1.0, 0.0]]), 1.0)  # centred: fine

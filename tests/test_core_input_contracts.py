@@ -440,3 +440,41 @@ def test_integer_and_bool_tensors_are_read_as_float64_like_numpy_arrays():
     r = rt.vanilla_proposal(torch.tensor([True, False]), vm)
     assert r.dtype == torch.float64 and r.tolist() == [1.0, 0.0, 0.0]
     assert np.array_equal(rt.vanilla_proposal(np.array([True, False]), vm), r.numpy())
+
+
+def test_acceptance_refuses_a_proposal_of_another_width_even_when_it_broadcasts():
+    """A proposal of width 1 broadcast against every target token without the width check
+    (alpha([0.5, 0.5], [1.0]) came out 1.0); wider mismatches were numpy's ValueError,
+    which no test told apart."""
+    from rdk_theory.acceptance import acceptance_rate, residual
+    from rdk_theory.validation import InputError
+
+    for f in (acceptance_rate, residual):
+        with pytest.raises(InputError, match="must share the last axis"):
+            f(np.array([0.5, 0.5]), np.array([1.0]))
+
+
+def test_acceptance_refuses_a_target_that_does_not_sum_to_one():
+    """The target is a law: a target summing to 0.6 must be refused (the proposal alone may
+    be sub-stochastic)."""
+    from rdk_theory.acceptance import acceptance_rate, step_output_law
+    from rdk_theory.validation import InputError
+
+    for f in (acceptance_rate, step_output_law):
+        with pytest.raises(InputError, match="target_probs must sum to 1"):
+            f(np.array([0.3, 0.3, 0.0]), np.array([0.2, 0.3, 0.5]))
+        with pytest.raises(InputError, match="target_probs must sum to 1"):
+            f(np.array([Fraction(1, 3), Fraction(1, 3), Fraction(0)], dtype=object),
+              np.array([Fraction(1, 2)] * 2 + [Fraction(0)], dtype=object))
+
+
+def test_sub_stochastic_rows_may_not_exceed_one():
+    """A sub-stochastic row may sum to less than 1, never more: beyond PROB_ATOL for floats,
+    at all for Fractions."""
+    from rdk_theory.validation import InputError, PROB_ATOL, as_prob_array
+
+    with pytest.raises(InputError, match="must sum to at most 1"):
+        as_prob_array(np.array([0.5, 0.5 + 2 * PROB_ATOL]), "r", allow_sub_stochastic=True)
+    with pytest.raises(InputError, match="must sum to 1 exactly"):
+        as_prob_array(np.array([Fraction(2, 3), Fraction(2, 3)], dtype=object), "r",
+                      allow_sub_stochastic=True)

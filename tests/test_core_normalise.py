@@ -7,6 +7,8 @@ vocabulary split, and for rows whose sum is too small to scale by (redone by div
 path for the first-order kernel and must equal the unfused definition ``kernel.transport(
 tli_proposal(q))`` for pruned drafters; every other kernel keeps the unfused path.
 """
+from fractions import Fraction
+
 import numpy as np
 import pytest
 
@@ -259,3 +261,15 @@ def test_a_row_summing_to_exactly_the_smallest_scaled_sum_is_redone():
     r = np.array([2.0 ** -901, 2.0 ** -901, 0.0])
     assert r.sum() == _fused.TINY
     assert_close(fo.transport(r, normalise=True), fo.transport(np.array([0.5, 0.5, 0.0])))
+
+
+def test_safe_divide_is_zero_wherever_den_is_not_positive_on_numpy_and_fractions():
+    """safe_divide's contract (num / den where den > 0, else 0), tested on torch before, now
+    on numpy and Fractions too. Today's callers never pass a negative den, so a break
+    here would not show elsewhere."""
+
+    got = safe_divide(np.array([[1.0, 2.0], [3.0, 4.0]]), np.array([[2.0], [0.0]]))
+    assert got.tolist() == [[0.5, 1.0], [0.0, 0.0]]
+    fr = np.array([Fraction(1), Fraction(2)], dtype=object)
+    assert safe_divide(fr, np.array(Fraction(-1), dtype=object)).tolist() == [0, 0]
+    assert safe_divide(fr, np.array(Fraction(4), dtype=object)).tolist() == [Fraction(1, 4), Fraction(1, 2)]

@@ -269,3 +269,13 @@ def test_a_ragged_id_list_is_a_named_error():
     """numpy's ValueError came through for a ragged draft_to_target."""
     with pytest.raises(rt.InputError, match="draft_to_target must be a non-empty 1-D integer"):
         rt.VocabMap(4, [[0, 1], [2]])
+
+
+def test_empty_specials_stay_holes_and_plain_vocabularies_are_plain():
+    """A special id whose string is empty stays a hole (it became a special key matching
+    other empty specials), and a vocabulary with no space marker is plain, not
+    byte-level."""
+    from rdk_theory.tokens import SPECIAL_PREFIX, detect_space_marker, mark_special, token_family
+
+    assert mark_special(["a", "", "s"], ["a", "", "<s>"], [1, 2]) == ["a", "", SPECIAL_PREFIX + "<s>"]
+    assert detect_space_marker(["a", "bc"]) is None and token_family(["a", "bc"]) == "plain"

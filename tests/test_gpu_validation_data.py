@@ -429,3 +429,123 @@ def test_pick_tau_refuses_a_non_finite_acceptance(bad_at):
     make = lambda tau: _Nan() if tau == grid[bad_at] else IdentityKernel()  # noqa: E731
     with pytest.raises(FloatingPointError, match="non-finite acceptance"):
         pick_tau(p, p, VocabMap.identity(2), make, 1.0, grid=grid)
+
+
+def test_kept_rows_topk_keeps_the_diagonal_even_when_a_covariance_exceeds_it():
+    """Each kept row's top-k always holds its diagonal (so that M = I stays reachable), even
+    where an off-diagonal covariance is larger: random data always had the diagonal among
+    the top 4, so dropping that rule went unseen."""
+    from gpu_validation import samplers
+
+    # Omega = c^T c: row 0 is (1, 10, -11); Omega_01 = 10 > Omega_00 = 1, so a plain top-1
+    # would keep column 1; the diagonal must be kept (k = 1: only it)
+    c = np.array([[1.0, 10.0, -11.0]])
+    m = samplers.KeptRowsTopK(c, np.array([0]), k=1).kernel(1.0).matrix.toarray()
+    assert m[0].tolist() == [1.0, 0.0, 0.0]
+    m2 = samplers.KeptRowsTopK(c, np.array([0]), k=2).kernel(1.0).matrix.toarray()
+    assert set(np.flatnonzero(m2[0])) == {0, 1}
+
+
+def test_build_kernels_marginal_kernel_spreads_by_the_calibration_mean():
+    """The marginal kernel's lam is mu(OOV) and its w the calibration mean outside I,
+    renormalised (a uniform w went unseen)."""
+    from gpu_validation import samplers
+    from rdk_theory.vocab import VocabMap
+
+    vm = VocabMap.from_kept_ids(np.array([0, 1]), 4)
+    mu = np.array([0.1, 0.2, 0.3, 0.4])  # mass 0.7 outside I = {0, 1}
+    factor = np.array([[1.0, -1.0, 0.0, 0.0]])
+    kern = samplers.build_kernels(vm, mu, factor, tau_exact=None, tau_fo=1.0,
+                                  topk_rows=None)["marginal"]
+    # lam = mu(OOV) = 0.7, w = mu|OOV / 0.7: (1 - lam) q' + lam w
+    assert_close(kern.transport(np.array([1.0, 0.0, 0.0, 0.0])),
+                               [0.3, 0.0, 0.3, 0.4])
+
+
+def test_martingale_agreement_splits_the_false_alarm_over_its_tests():
+    """The end-to-end check runs each of n_tests tests at FALSE_ALARM / n_tests
+    (Bonferroni); the same level for every test went unseen."""
+    from gpu_validation import agreement
+
+    a = np.full(200, 0.7)
+    x = np.r_[np.ones(162), np.zeros(38)]  # 162 accepts against 140 expected: p = 4.9e-4
+    res1, res10 = agreement.martingale_agreement(a, x), agreement.martingale_agreement(a, x, 10)
+    assert agreement.FALSE_ALARM / 10 < res1["p_value"] < agreement.FALSE_ALARM
+    assert res10["test_level"] == agreement.FALSE_ALARM / 10
+    assert not res1["pass"] and res10["pass"]  # Bonferroni: each of 10 tests at 1e-4
+
+
+def test_binomial_agreement_fails_an_aggregate_p_value_just_below_its_level():
+    """An aggregate p-value of about 1e-4 fails at the level 1e-3: the negative control's p
+    ~ 1e-20 failed at any level, so a level 100x too strict went unseen."""
+    from gpu_validation import agreement
+
+    res = agreement.binomial_agreement([0.5] * 4, [531, 531, 531, 530], 1000)
+    assert res["p_aggregate"] < res["test_level"] < 100 * res["p_aggregate"]
+    assert res["p_dispersion"] > res["test_level"] and res["degenerate_ok"]
+    assert not res["pass"]
+
+
+def test_token_counts_refuses_an_id_equal_to_the_vocabulary_size():
+    """An id equal to vocab_size is out of range (with '>' for '>=' bincount returned
+    vocab_size + 1 counts)."""
+    from gpu_validation import pruning
+
+    with pytest.raises(ValueError, match=r"token ids must be in \[0, 3\)"):
+        pruning.token_counts([0, 3], 3)
+
+
+def test_kept_sizes_round_to_the_nearest_integer():
+    """Kept sizes are round(f N), not floor: the earlier cases were whole or clamped, where
+    the two agree."""
+    from gpu_validation import pruning
+
+    assert pruning.kept_sizes_from_fractions([0.29, 0.21], 10) == [3, 2]
+
+
+def test_study_rows_report_the_kept_sets_own_masses():
+    """kept_mass_calibration and the OOV cap are those of the kept set, the K most frequent
+    ids (here not ids 0..K-1: summing mu[:K] went unseen)."""
+    from gpu_validation import collect, pruning, study
+    from rdk_theory.acceptance import oov_cap
+
+    rng = np.random.default_rng(8)
+    n, c = 40, 8
+    p = rng.dirichlet(np.full(n, 0.3), size=c).astype(np.float32)
+    q = rng.dirichlet(np.full(n, 0.3), size=c).astype(np.float32)
+    p_cal, q_cal = rng.dirichlet(np.full(n, 0.3), size=8), rng.dirichlet(np.full(n, 0.3), size=8)
+    mu, factor = collect.calibration_stats(p_cal, rank=3)
+    counts = np.arange(n)[::-1].copy()
+    counts[[0, 1]] = 0  # the kept set {2..11} is not the first 10 ids
+    out = study.acceptance_study(p, q, counts, (10,), mu=mu, factor=factor, p_cal=p_cal,
+                                 q_cal=q_cal, n_steps=0, rng=rng)
+    (row,) = out["rows"]
+    vm = pruning.pruned_vocab_map(counts, 10)
+    assert sorted(vm.intersection.tolist()) == list(range(2, 12))
+    assert_close(row["kept_mass_calibration"], mu[vm.intersection].sum())
+    assert_close(row["oov_cap"], oov_cap(collect.laws64(p), vm, check=False).mean())
+
+
+def test_study_checks_pass_and_measure_each_samplers_own_proposal():
+    """The study's own prediction-vs-measurement checks pass, each sampler verified with its
+    own proposal (every sampler run with TLI's went unseen: only the real-model smoke
+    test asserted the checks). Monte Carlo: 24 positions x 200 steps per sampler; a
+    correct study fails with probability <= agreement.FALSE_ALARM = 1e-3, the checks'
+    run-wide rate. The marginal kernel's alpha is more than 0.05 from TLI's here, so a
+    study that measures TLI for it fails."""
+    from gpu_validation import collect, study
+
+    rng = np.random.default_rng(3)
+    n, c = 60, 24
+    p = rng.dirichlet(np.full(n, 0.3), size=c).astype(np.float32)
+    q = rng.dirichlet(np.full(n, 0.3), size=c).astype(np.float32)
+    p_cal = rng.dirichlet(np.full(n, 0.3), size=16)
+    q_cal = rng.dirichlet(np.full(n, 0.3), size=16)
+    mu, factor = collect.calibration_stats(p_cal, rank=4)
+    counts = rng.integers(1, 100, size=n)
+    out = study.acceptance_study(p, q, counts, (10,), mu=mu, factor=factor, p_cal=p_cal,
+                                 q_cal=q_cal, n_steps=200, rng=np.random.default_rng(11))
+    (row,) = out["rows"]
+    assert abs(row["marginal"] - row["tli"]) > 0.05  # the samplers really differ
+    for name, chk in row["checks"].items():
+        assert chk["pass"], (name, chk)

@@ -19,6 +19,7 @@ from gpu_validation import collect, models, speculative  # noqa: E402
 from rdk_theory.proposals import tli_proposal  # noqa: E402
 from rdk_theory.vocab import VocabMap  # noqa: E402
 from tests.stats import assert_matches_law, assert_no_zero_probability_emitted  # noqa: E402
+from tests.tolerances import assert_close  # noqa: E402
 
 RUNS = 1500
 
@@ -152,3 +153,129 @@ def test_a_sub_stochastic_proposal_drafts_the_absent_token_with_its_missing_mass
         assert g["alphas"][0] == pytest.approx(0.4)
     assert_matches_law(counts, p, "first token, sub-stochastic proposal")
     assert_pvalue(binomial_pvalue(accepts, n, 0.4), "accept rate vs alpha = 0.4")
+
+
+def test_iid_tokens_per_call_is_theorem_b():
+    """Theorem B's i.i.d. form (1 - a^(g+1)) / (1 - a), with its limits a = 0 and a = 1 (a^g
+    for a^(g+1) went unseen)."""
+    from gpu_validation.speculative import iid_tokens_per_call
+
+    assert iid_tokens_per_call(0.5, 2) == 1 + 0.5 + 0.25  # exact in binary
+    assert iid_tokens_per_call(0.0, 4) == 1.0
+    assert iid_tokens_per_call(1.0, 4) == 5.0
+
+
+class _HistCache:
+    def __init__(self, ids):
+        self.ids = list(ids)
+
+    def crop(self, m):  # as transformers' DynamicCache.crop: a negative m drops -m tokens
+        self.ids = self.ids[:m]
+
+
+def _law(seed, history, n):
+    """A next-token law over n ids that depends on every token of ``history``."""
+    h = 0
+    for t in history:
+        h = (h * 31 + t + 7) % 1009
+    logits = np.random.default_rng([seed, h, len(history)]).normal(0, 1.5, n)
+    e = np.exp(logits - logits.max())
+    return e / e.sum()
+
+
+class _HistoryModel:
+    def __init__(self, seed, n):
+        from types import SimpleNamespace
+
+        self.seed, self.n = seed, n
+        self.tokenizer = SimpleNamespace(decode=lambda ids: "")
+
+    def law(self, history):
+        return _law(self.seed, list(history), self.n)
+
+    def model(self, x, past_key_values=None, use_cache=True):
+        from types import SimpleNamespace
+
+        new = x[0].tolist()
+        if any(t < 0 for t in new):
+            raise IndexError(f"token id {min(new)} fed to the model")
+        if not new:
+            raise ValueError("empty input")
+        hist = list(past_key_values.ids) if past_key_values is not None else []
+        rows = []
+        for t in new:
+            hist.append(t)
+            rows.append(np.log(self.law(hist)))
+        return SimpleNamespace(logits=torch.tensor(np.array(rows))[None],
+                               past_key_values=_HistCache(hist))
+
+    def probs(self, logits):
+        return torch.softmax(logits, -1)
+
+
+def _replay_alphas(g, prompt, target, drafter, make):
+    """alpha_t recomputed at the context the emitted tokens give each reached position."""
+    from rdk_theory.acceptance import acceptance_rate
+
+    new, gamma, out, idx, run = g["tokens"], g["gamma"], [], 0, 0
+    for ok in g["accepted"]:
+        ctx = prompt + new[:idx]
+        out.append(float(acceptance_rate(target.law(ctx), make(drafter.law(ctx)), check=False)))
+        idx += 1
+        run = run + 1 if ok else 0
+        if run == gamma:
+            idx, run = idx + 1, 0  # the bonus token
+    return out, idx
+
+
+class _PointMassModel(_HistoryModel):
+    def law(self, history):
+        out = np.full(self.n, 1e-300)  # log() finite; float64 renormalisation makes it 0 mass
+        out[(7 * sum(history) + len(history)) % self.n] = 1.0
+        return out / out.sum()
+
+
+@pytest.mark.parametrize("scale", [1.0, 0.6])  # a law, and a sub-stochastic proposal
+def test_generate_records_each_positions_alpha_at_its_own_context(scale):
+    """Every recorded alpha_t is alpha(p(.|ctx), r(.|ctx)) at the context the emitted tokens
+    give, and the accept-length histogram counts the accepted drafts. The other
+    end-to-end tests use gamma = 1 and context-free stubs, where a later position's context
+    never matters: alpha_t from the first position's law, drafts not appended to the
+    drafter's context, a rejected draft kept in its cache, a histogram off by one and an
+    absent draft (-1) not ending the round all went unseen. Deterministic (fixed seed);
+    gamma = 3 with models whose law depends on the whole history."""
+    n, gamma, prompt = 6, 3, [1, 2]
+    target, drafter = _HistoryModel(1, n), _HistoryModel(2, n)
+    vm = VocabMap.identity(n)
+
+    def make(q_kept):
+        return scale * np.asarray(q_kept)
+
+    rng = np.random.default_rng(0)
+    g = speculative.generate(target, drafter, prompt, vm, make, gamma=gamma,
+                             max_new_tokens=40, rng=rng)
+    want, emitted = _replay_alphas(g, prompt, target, drafter, make)
+    assert emitted == len(g["tokens"])
+    assert_close(g["alphas"], want)
+    assert 0 < sum(g["accepted"]) < len(g["accepted"])  # both branches ran
+    hist = g["accept_length_histogram"]
+    assert sum(hist) == g["target_calls"]
+    assert sum(k * h for k, h in enumerate(hist)) == sum(g["accepted"])
+    assert g["new_tokens"] == sum((k + 1) * h for k, h in enumerate(hist))
+
+
+def test_generate_with_a_deterministic_target_emits_its_forced_tokens():
+    """Target = drafter = a point mass on a token that depends on the whole history: every
+    draft is accepted and every token, the bonus token included, is forced. A bonus drawn
+    from the last draft's law, or drafts verified against the next position's law, emit
+    other tokens (the chi-square test of the real pair sees the first too, in about 5
+    minutes)."""
+    n, prompt = 5, [1, 2]
+    lm = _PointMassModel(0, n)
+    want = list(prompt)
+    for _ in range(13):
+        want.append(int(np.argmax(lm.law(want))))
+    g = speculative.generate(lm, lm, prompt, VocabMap.identity(n), lambda q: np.asarray(q),
+                             gamma=3, max_new_tokens=12, rng=np.random.default_rng(0))
+    assert all(g["accepted"]) and g["accept_length_histogram"] == [0, 0, 0, 3]
+    assert g["tokens"] == want[len(prompt):len(prompt) + len(g["tokens"])]

@@ -6,7 +6,7 @@ import pytest
 
 from gpu_validation import hetero
 from rdk_theory.acceptance import oov_cap
-from tests.tolerances import FLOAT64_ATOL
+from tests.tolerances import FLOAT64_ATOL, assert_close
 
 # a byte-level drafter (GPT-2 style) and a SentencePiece target with byte-fallback tokens
 DRAFT = ["<|endoftext|>", "Ġthe", "Ċ", "ĠÃ©", "Ã©", "the", "ĉ", "Ġ", "<s>"]
@@ -156,3 +156,18 @@ def rt_map(draft, target):
     return VocabMap.from_token_strings(draft.tokens, target.tokens,
                                        draft_special_ids=draft.special_ids,
                                        target_special_ids=target.special_ids)
+
+
+def test_holes_and_padded_ids_match_nothing():
+    """Ids without a string (holes) and padded LM-head rows match nothing and are not
+    duplicates; oov_cap_by_strings leaves the drafter's holes out of I."""
+    from gpu_validation import hetero
+
+    draft = hetero.TokenList("d", ["a", "", "<pad>", "b"])
+    target = hetero.TokenList("t", ["a", "c", ""]).padded(5)
+    assert target.canonical[3:] == ["", ""] and target.n_duplicates == 0
+    assert draft.n_duplicates == 0
+    vm = hetero.build_map(draft, target, "bytes")
+    assert vm.draft_to_target.tolist() == [0, -1, -1, -1]
+    p = np.array([[0.1, 0.2, 0.3, 0.2, 0.2]])
+    assert_close(hetero.oov_cap_by_strings(p, draft, target), [0.1])

@@ -298,3 +298,100 @@ def test_statement_B_general_gamma_step_is_not_vacuous():
     assert be._by_parts_for_every_gamma()
     assert not be._by_parts_for_every_gamma(lambda j: T[j] - T[j + 1])
     assert not be._by_parts_for_every_gamma(lambda j: (j + 1) * (T[j] - T[j + 2]))
+
+
+def _n_laws(n, d, total=None):
+    import itertools
+
+    return sum(1 for c in itertools.product(range(d + 1), repeat=n)
+               if (sum(c) == d if total is None else sum(c) <= d))
+
+
+def _n_maps(n_max):
+    import itertools
+
+    out = []
+    for nt in range(1, n_max + 1):
+        for nd in range(1, n_max + 1):
+            for e in itertools.product(range(-1, nt), repeat=nd):
+                v = [x for x in e if x >= 0]
+                if len(v) == len(set(v)):
+                    out.append((nt, nd))
+    return out
+
+
+def test_proof_case_counts_are_the_sizes_of_their_stated_grids():
+    """The cases each check reports are the size of the grid its docstring states, counted
+    here independently: L without sub-stochastic r, O4 without delta = r(i) or only for
+    r(i) = 1, sub_distributions without the zero vector and every_map without N_D < N_T
+    each shrank a grid while every test still passed."""
+    import itertools
+
+    import proofs.identity_kernel as o3
+    import proofs.lossless as lossless
+    import proofs.mass_transfer as o4
+    import proofs.oov_cap as o2
+    import proofs.tli_vs_vanilla as o1
+
+    assert lossless.check().cases == _n_laws(3, 4) * _n_laws(3, 4, total="sub") == 15 * 35
+    maps = _n_maps(3)
+    assert o1.check().cases == sum(_n_laws(nd, 3) * _n_laws(nt, 3) for nt, nd in maps)
+    assert o2.check().cases == sum(_n_laws(nd, 3) * _n_laws(nt, 3) for nt, nd in maps)
+    assert o3.check().cases == sum(_n_laws(nd, 3) for nt, nd in maps)
+    d = 4
+    laws = [c for c in itertools.product(range(d + 1), repeat=3) if sum(c) == d]
+    want = sum(r[i] for p in laws for r in laws for i in range(3) for j in range(3)
+               if i != j and r[j] < p[j])  # delta = 1/d .. r(i), in steps of 1/d
+    assert o4.check().cases == want
+
+
+def test_O5_and_B_case_counts_are_the_sizes_of_their_stated_grids():
+    """As above for O5 (kernels with entries in {0, 1/2, 1}, not only 0/1) and B (gamma =
+    1..4, not only 1)."""
+    import proofs.block_efficiency as be
+    import proofs.first_order_gain as gain
+
+    rows = _n_laws(3, 2)  # rows of a 3 x 3 row-stochastic K with entries in {0, 1/2, 1}
+    assert gain.check().cases == rows ** 3 * _n_laws(3, 3) ** 2 == 216 * 100
+    assert be.check().cases == sum(len(be.GRID) ** g for g in range(1, 5)) == 340
+
+
+def test_K_case_count_is_the_size_of_its_stated_grid():
+    """K's cases: every rho of its grid with rho <= k (1, 4 and 5 values for k = 1, 2, 3),
+    plus the LP grid (checking only rho = 1 went unseen)."""
+    import proofs.multidraft as k_seq
+
+    laws = _n_laws(3, 4)
+    pairs = sum(1 for k in (1, 2, 3) for rho in k_seq.GRID["rhos"] if rho <= k)
+    assert pairs == 10
+    assert k_seq.check().cases == laws * laws * pairs + laws * laws * 3
+
+
+def test_a_negative_control_that_finds_nothing_is_not_refuted():
+    """A check whose perturbed core refutes nothing reports 'not refuted' and is not ok:
+    every control is refuted in a correct run, so a control always called 'refuted' went
+    unseen."""
+    from proofs.result import run_check
+
+    def body(out):
+        out.cases += 1
+        out.methods.append("nothing")
+
+    res = run_check("Z", "title", "perturbed", body, "proved")
+    assert res.status == "proved" and res.negative_control == "not refuted" and not res.ok
+    res = run_check("Z", "title", "perturbed", lambda out: out.refute({"x": 1}), "proved")
+    assert res.negative_control == "refuted" and res.ok
+
+
+def test_a_hypothesis_skips_only_the_orderings_it_excludes():
+    """A hypothesis x <= y skips the orderings with y before x, and no others (skipping y
+    right after x too left no ordering on two symbols, and any goal 'held')."""
+    import sympy as sp
+
+    from proofs.symbolic import holds_for_all_orderings, ordered_substitutions
+
+    a, b, c = sp.symbols("a b c", real=True)
+    assert len(list(ordered_substitutions([a, b], given=[(a, b)]))) == 1
+    assert len(list(ordered_substitutions([a, b, c], given=[(a, b)]))) == 3
+    ok, _ = holds_for_all_orderings(b - a - 1, [a, b], ">=", given=[(a, b)])
+    assert not ok  # b - a >= 1 does not follow from a <= b

@@ -175,3 +175,226 @@ def test_K_fails_when_the_validity_condition_uses_k_minus_one_drafts(monkeypatch
     _assert_failed(res, "p", "q", "k", "rho", "output_law")
     c = res.counterexample
     assert [Fraction(v) for v in c["output_law"]] != [Fraction(v) for v in c["p"]]
+
+
+def test_L_fails_when_the_step_is_wrong_only_for_sub_stochastic_proposals(monkeypatch):
+    """Guards against a planted bug (the exhaustive grid takes only normalised proposals r):
+    L claims losslessness for every sub-stochastic r, but no test breaks the core only
+    there. Here the accept branch is divided by the proposal's mass (exact when sum r =
+    1), so only the sub-stochastic part of the grid can see it."""
+    import proofs.lossless as lossless
+    from rdk_theory.acceptance import step_output_law
+
+    def scaled_accept(p, r, *, check=True):  # the bug core
+        mass = sum(r)
+        law = step_output_law(p, r, check=check)
+        if mass == 0:
+            return law
+        return law + np.minimum(p, r) * (1 / mass - 1)
+
+    monkeypatch.setattr(lossless, "step_output_law", scaled_accept)
+    res = lossless.check()
+    assert res.status == "failed", res.to_dict()
+    assert 0 < sum(Fraction(v) for v in res.to_dict()["counterexample"]["r"]) < 1
+
+
+def test_A_fails_when_alpha_leaves_zero_one_for_a_sub_stochastic_proposal(monkeypatch):
+    """Guards against a planted bug (the leg 0 <= alpha <= 1 dropped): nothing broke only
+    that leg. An alpha that subtracts the proposal's missing mass is exact for normalised
+    r (so the TV identity holds) but negative for r = 0."""
+    import proofs.acceptance_tv as a_tv
+    from rdk_theory import _backend as B
+
+    def minus_missing(p, r, *, check=True):  # the bug
+        return B.total(np.minimum(p, r)) - (1 - B.total(r))
+
+    monkeypatch.setattr(a_tv, "acceptance_rate", minus_missing)
+    res = a_tv.check()
+    assert res.status == "failed", res.to_dict()
+    c = res.to_dict()["counterexample"]
+    assert set(c) == {"p", "r", "alpha"} and Fraction(c["alpha"]) < 0
+
+
+def test_A_fails_when_total_variation_skips_the_zeros_of_the_proposal(monkeypatch):
+    """Guards against a planted bug (the identity alpha = 1 - TV checked only for r > 0
+    everywhere): the existing negative control (TV without its 1/2) is wrong for every r
+    != p, so a grid without zero entries still catches it. A TV summed over r's support
+    only (a sparse loop) is wrong exactly where r has zeros."""
+    import proofs.acceptance_tv as a_tv
+
+    def support_tv(a, b, *, check=True):  # the bug: sums |a - b| where b > 0 only
+        return sum(abs(x - y) for x, y in zip(a, b) if y > 0) / 2
+
+    monkeypatch.setattr(a_tv, "total_variation", support_tv)
+    res = a_tv.check()
+    assert res.status == "failed", res.to_dict()
+    c = res.to_dict()["counterexample"]
+    assert "tv" in c and 0 in [Fraction(v) for v in c["r"]]
+
+
+def test_O1_fails_when_vanilla_is_renormalised_like_tli(monkeypatch):
+    """Guards against a planted bug (the check of vanilla against its definition dropped): a
+    vanilla that renormalises like TLI never breaks alpha_TLI >= alpha_vanilla, so only
+    that check can see it."""
+    import proofs.tli_vs_vanilla as o1
+    from rdk_theory.proposals import tli_proposal
+
+    monkeypatch.setattr(o1, "vanilla_proposal", lambda q, vm, check=True: tli_proposal(q, vm, check=check))
+    res = o1.check()
+    assert res.status == "failed", res.to_dict()
+    assert "by_definition" in res.to_dict()["counterexample"]
+
+
+def test_O2_fails_when_vanilla_differs_from_tli_on_a_pruned_map(monkeypatch):
+    """Guards against a planted bug (the leg alpha_vanilla == alpha_TLI for a pruned drafter
+    dropped): nothing patched vanilla."""
+    import proofs.oov_cap as o2
+    from rdk_theory.proposals import vanilla_proposal
+
+    monkeypatch.setattr(o2, "vanilla_proposal",
+                        lambda q, vm, check=True: vanilla_proposal(q, vm, check=check) * Fraction(1, 2))
+    res = o2.check()
+    assert res.status == "failed", res.to_dict()
+    assert {"alpha_vanilla", "alpha_tli"} <= set(res.to_dict()["counterexample"])
+
+
+def test_O2_cap_leg_fails_on_a_small_leak_off_I(monkeypatch):
+    """Guards against a planted bug (the cap compared with slack: a_t > cap + 1/3): the
+    existing wrapping-TLI control exceeds the cap by a whole point mass somewhere, so a
+    slack survives. A TLI leaking 1/6 of its mass onto the last target id exceeds p(I) by
+    at most 1/6. (vanilla is patched the same way, so the vanilla == TLI leg stays
+    quiet.)"""
+    import proofs.oov_cap as o2
+    from rdk_theory.proposals import tli_proposal
+
+    def leaky(q, vm, *, check=True):  # the bug: 1/6 of the mass moved to the last id
+        r = tli_proposal(q, vm, check=check)
+        if sum(r) == 0:
+            return r
+        r = r * Fraction(5, 6)
+        r[-1] += Fraction(1, 6)
+        return r
+
+    monkeypatch.setattr(o2, "tli_proposal", leaky)
+    monkeypatch.setattr(o2, "vanilla_proposal", leaky)
+    res = o2.check()
+    assert res.status == "failed", res.to_dict()
+    c = res.to_dict()["counterexample"]
+    assert 0 < Fraction(c["alpha_tli"]) - Fraction(c["cap"]) <= Fraction(1, 6)
+
+
+def test_O3_fails_when_the_dense_kernel_computes_in_floats(monkeypatch):
+    """Guards against a planted bug (the explicit dense identity dropped from the loop, only
+    IdentityKernel checked): a DenseKernel that loses exactness (computes in float64)
+    then goes unseen."""
+    import proofs.identity_kernel as o3
+    from rdk_theory.kernels import DenseKernel
+
+    class FloatDense(DenseKernel):  # the bug: float64 arithmetic, exact inputs or not
+        def transport(self, q_prime):
+            return np.asarray(q_prime, dtype=np.float64) @ np.asarray(self.matrix, dtype=np.float64)
+
+    monkeypatch.setattr(o3, "DenseKernel", FloatDense)
+    res = o3.check()
+    assert res.status == "failed", res.to_dict()
+    assert res.to_dict()["counterexample"]["kernel"] == "FloatDense"
+
+
+def test_O3_symbolic_leg_is_load_bearing(monkeypatch):
+    """Guards against a planted bug (the symbolic leg I^T q = q dropped): O3 still reported
+    'proved'. With sympy's Identity replaced by the zero matrix the symbolic leg must
+    fail."""
+    import sympy
+
+    import proofs.identity_kernel as o3
+
+    monkeypatch.setattr(sympy, "Identity", lambda n: sympy.ZeroMatrix(n, n))
+    res = o3.check()
+    assert res.status == "failed" and "sympy" in str(res.counterexample), res.to_dict()
+
+
+def test_O2_symbolic_leg_is_load_bearing(monkeypatch):
+    """Guards against a planted bug (the symbolic leg min(p, r) <= p replaced by True): O2
+    still 'proved'."""
+    import proofs.oov_cap as o2
+
+    monkeypatch.setattr(o2, "holds_for_all_orderings", lambda *a, **k: (False, ("p", "r")))
+    res = o2.check()
+    assert res.status == "failed" and "sympy" in str(res.counterexample), res.to_dict()
+
+
+def test_E_bound_leg_fails_on_a_first_order_kernel_that_loses_mass(monkeypatch):
+    """Guards against a planted bug (the float64 leg compared with 2 TV): the existing E
+    control breaks only the slope leg. A first-order kernel that clips without
+    renormalising (loses mass) breaks |alpha_ex - alpha_fo| <= TV (by up to 1.11 TV on
+    the fixed sweep, never 2 TV): the bound leg must report it, before the slope leg."""
+    import proofs.first_order_error as e
+    from rdk_theory.first_order import FirstOrderCovarianceKernel
+
+    class Leaky(FirstOrderCovarianceKernel):  # the bug: clip, no renormalisation
+        def transport(self, q_prime, *, normalise=False):
+            return np.maximum(super().transport(q_prime, normalise=normalise) - 0.02, 0.0)
+
+    monkeypatch.setattr(e, "FirstOrderCovarianceKernel", Leaky)
+    res = e.check()
+    assert res.status == "failed", res.to_dict()
+    assert {"tau", "gap", "tv"} <= set(res.to_dict()["counterexample"])
+
+
+def test_E_exact_leg_fails_when_total_variation_skips_the_last_token(monkeypatch):
+    """Guards against a planted bug (the exact leg compared with 2 TV): a TV that skips the
+    last token (an off-by-one) is at least half the true TV on N = 3, so only the exact
+    bound sees it; the exhaustive leg must report it (counterexample with p, a, b)."""
+    import proofs.first_order_error as e
+
+    def tv_off_by_one(a, b, *, check=True):  # the bug
+        d = np.asarray(a)[..., :-1] - np.asarray(b)[..., :-1]
+        return np.abs(d).sum(axis=-1) / 2
+
+    monkeypatch.setattr(e, "total_variation", tv_off_by_one)
+    res = e.check()
+    assert res.status == "failed", res.to_dict()
+    assert {"p", "a", "b", "gap", "tv"} <= set(res.to_dict()["counterexample"])
+
+
+def test_B_iid_symbolic_leg_is_load_bearing(monkeypatch):
+    """Guards against a planted bug (the symbolic i.i.d. closed-form leg replaced by True):
+    B stayed 'proved'. With sympy's geometric summation broken the leg must fail."""
+    import sympy
+
+    import proofs.block_efficiency as be
+
+    monkeypatch.setattr(sympy, "summation", lambda *a, **k: sympy.Integer(0))
+    res = be.check()
+    assert res.status == "failed" and "sympy" in str(res.counterexample), res.to_dict()
+
+
+def test_K_only_if_leg_fails_on_a_too_strict_validity_condition(monkeypatch):
+    """Guards against a planted bug (the 'only if' leg dropped): a validity condition that
+    is too strict (exponent k + 1) calls valid rho invalid; only that leg can see it (the
+    output law is still p)."""
+    import proofs.multidraft as k_seq
+    from rdk_theory.multidraft import beta
+
+    def too_strict(p, q, rho, k):  # the bug
+        b = beta(p, q, rho)
+        return bool(1 - (1 - b) ** (int(k) + 1) <= rho * b)
+
+    monkeypatch.setattr(k_seq, "kseq_is_valid", too_strict)
+    res = k_seq.check()
+    assert res.status == "failed", res.to_dict()
+    assert res.to_dict()["counterexample"].get("why") == "invalid rho yet lossless"
+
+
+def test_K_fails_when_rho_star_is_not_the_smallest_valid_rho(monkeypatch):
+    """Guards against a planted bug (the check that rho* is the *smallest* valid rho
+    dropped): a bisection that stops 0.05 too high still gives a valid rho with most of
+    the acceptance."""
+    import proofs.multidraft as k_seq
+    from rdk_theory.multidraft import kseq_best_rho
+
+    monkeypatch.setattr(k_seq, "kseq_best_rho",
+                        lambda p, q, k: min(float(k), kseq_best_rho(p, q, k) + 0.05))
+    res = k_seq.check()
+    assert res.status == "failed", res.to_dict()
+    assert "rho_star" in res.to_dict()["counterexample"]
