@@ -169,6 +169,19 @@ def test_shipped_texts_exist_and_are_small():
         assert 1000 < len(text) < 5000
 
 
+def _study_case(n: int = 60, c: int = 24):
+    """A small synthetic study's inputs (N = 60, 24 positions, 16 calibration rows, a rank-4
+    factor) and the generator that drew them, left where the draws end."""
+    rng = np.random.default_rng(3)
+    p = rng.dirichlet(np.full(n, 0.3), size=c).astype(np.float32)
+    q = rng.dirichlet(np.full(n, 0.3), size=c).astype(np.float32)
+    p_cal = rng.dirichlet(np.full(n, 0.3), size=16)
+    q_cal = rng.dirichlet(np.full(n, 0.3), size=16)
+    mu, factor = collect.calibration_stats(p_cal, rank=4)
+    counts = rng.integers(1, 100, size=n)
+    return rng, dict(p=p, q=q, counts=counts, mu=mu, factor=factor, p_cal=p_cal, q_cal=q_cal)
+
+
 def test_study_splits_the_run_wide_false_alarm_over_its_checks_and_the_others():
     """The acceptance study's checks share agreement.FALSE_ALARM with the run's end-to-end
     checks (``other_tests``): every test runs at FALSE_ALARM / (study tests + other tests).
@@ -176,23 +189,15 @@ def test_study_splits_the_run_wide_false_alarm_over_its_checks_and_the_others():
     whether the best tau sat at the grid's edge."""
     from gpu_validation import study
 
-    rng = np.random.default_rng(3)
-    n, c = 60, 24
-    p = rng.dirichlet(np.full(n, 0.3), size=c).astype(np.float32)
-    q = rng.dirichlet(np.full(n, 0.3), size=c).astype(np.float32)
-    p_cal = rng.dirichlet(np.full(n, 0.3), size=16)
-    q_cal = rng.dirichlet(np.full(n, 0.3), size=16)
-    mu, factor = collect.calibration_stats(p_cal, rank=4)
-    counts = rng.integers(1, 100, size=n)
-    out = study.acceptance_study(p, q, counts, (30, 10), mu=mu, factor=factor, p_cal=p_cal,
-                                 q_cal=q_cal, n_steps=50, rng=rng, other_tests=4)
+    rng, case = _study_case()
+    out = study.acceptance_study(**case, kept_sizes=(30, 10), n_steps=50, rng=rng, other_tests=4)
     assert out["n_tests"] == 2 * 2 * len(samplers.SAMPLERS) + 4
     levels = {chk["test_level"] for row in out["rows"] for chk in row["checks"].values()}
     assert levels == {out["false_alarm"] / out["n_tests"]}
-    vm = pruning.pruned_vocab_map(counts, 10)
-    tli = rt_tli(pruned_draft_probs(q_cal, vm), vm)
+    vm = pruning.pruned_vocab_map(case["counts"], 10)
+    tli = rt_tli(pruned_draft_probs(case["q_cal"], vm), vm)
     t = out["taus"][10]
-    assert_close(t["tli_calibration_alpha"], acceptance_rate(p_cal, tli).mean())
+    assert_close(t["tli_calibration_alpha"], acceptance_rate(case["p_cal"], tli).mean())
     grid = t["calibration_alpha_by_tau"]["rdk_first_order"]
     assert t["at_grid_edge"]["rdk_first_order"] == (t["rdk_first_order"] in (min(grid), max(grid)))
 
@@ -533,18 +538,11 @@ def test_study_checks_pass_and_measure_each_samplers_own_proposal():
     correct study fails with probability <= agreement.FALSE_ALARM = 1e-3, the checks'
     run-wide rate. The marginal kernel's alpha is more than 0.05 from TLI's here, so a
     study that measures TLI for it fails."""
-    from gpu_validation import collect, study
+    from gpu_validation import study
 
-    rng = np.random.default_rng(3)
-    n, c = 60, 24
-    p = rng.dirichlet(np.full(n, 0.3), size=c).astype(np.float32)
-    q = rng.dirichlet(np.full(n, 0.3), size=c).astype(np.float32)
-    p_cal = rng.dirichlet(np.full(n, 0.3), size=16)
-    q_cal = rng.dirichlet(np.full(n, 0.3), size=16)
-    mu, factor = collect.calibration_stats(p_cal, rank=4)
-    counts = rng.integers(1, 100, size=n)
-    out = study.acceptance_study(p, q, counts, (10,), mu=mu, factor=factor, p_cal=p_cal,
-                                 q_cal=q_cal, n_steps=200, rng=np.random.default_rng(11))
+    _, case = _study_case()
+    out = study.acceptance_study(**case, kept_sizes=(10,), n_steps=200,
+                                 rng=np.random.default_rng(11))
     (row,) = out["rows"]
     assert abs(row["marginal"] - row["tli"]) > 0.05  # the samplers really differ
     for name, chk in row["checks"].items():
