@@ -50,8 +50,8 @@ class InverseCdf:
             w, shift = _rescaled(w)
             self.cdf = np.cumsum(w)
             self._top = float(self.cdf[-1])
-            with np.errstate(over="ignore"):
-                self.total = float(np.ldexp(self._top, shift))  # the sum itself, inf if it overflows
+            with np.errstate(over="ignore"):  # the sum itself: inf where it overflows
+                self.total = float(np.ldexp(self._top, shift))
         if not np.isfinite(self._top):  # NaN and inf weights end up here
             raise InputError(f"weights must be finite, got a total of {self._top}")
         positive = np.flatnonzero(w > 0)

@@ -75,8 +75,8 @@ def as_prob_array(x, name: str, *, allow_sub_stochastic: bool = False, atol: flo
     if np.any(arr < 0):
         if np.any(arr < -NEG_ATOL):
             idx = tuple(int(i) for i in np.argwhere(arr < -NEG_ATOL)[0])
-            raise InputError(f"{name} has a negative probability {float(arr[idx])!r} at index {idx} "
-                             f"(tolerance {NEG_ATOL:g})")
+            raise InputError(f"{name} has a negative probability {float(arr[idx])!r} at index "
+                             f"{idx} (tolerance {NEG_ATOL:g})")
         arr = np.maximum(arr, 0.0)  # a copy: the caller's array is left as it was
     with np.errstate(over="ignore"):  # finite entries near 1e308 sum to inf: reported below
         sums = arr.sum(axis=-1)
