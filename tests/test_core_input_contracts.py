@@ -471,7 +471,7 @@ def test_acceptance_refuses_a_target_that_does_not_sum_to_one():
 def test_sub_stochastic_rows_may_not_exceed_one():
     """A sub-stochastic row may sum to less than 1, never more: beyond PROB_ATOL for floats,
     at all for Fractions."""
-    from rdk_theory.validation import InputError, PROB_ATOL, as_prob_array
+    from rdk_theory.validation import InputError, PROB_ATOL
 
     with pytest.raises(InputError, match="must sum to at most 1"):
         as_prob_array(np.array([0.5, 0.5 + 2 * PROB_ATOL]), "r", allow_sub_stochastic=True)

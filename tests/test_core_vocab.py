@@ -275,7 +275,7 @@ def test_empty_specials_stay_holes_and_plain_vocabularies_are_plain():
     """A special id whose string is empty stays a hole (it became a special key matching
     other empty specials), and a vocabulary with no space marker is plain, not
     byte-level."""
-    from rdk_theory.tokens import SPECIAL_PREFIX, detect_space_marker, mark_special, token_family
+    from rdk_theory.tokens import SPECIAL_PREFIX, mark_special, token_family
 
     assert mark_special(["a", "", "s"], ["a", "", "<s>"], [1, 2]) == ["a", "", SPECIAL_PREFIX + "<s>"]
     assert detect_space_marker(["a", "bc"]) is None and token_family(["a", "bc"]) == "plain"

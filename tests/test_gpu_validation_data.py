@@ -169,15 +169,17 @@ def test_shipped_texts_exist_and_are_small():
         assert 1000 < len(text) < 5000
 
 
-def _study_case(n: int = 60, c: int = 24):
-    """A small synthetic study's inputs (N = 60, 24 positions, 16 calibration rows, a rank-4
-    factor) and the generator that drew them, left where the draws end."""
-    rng = np.random.default_rng(3)
-    p = rng.dirichlet(np.full(n, 0.3), size=c).astype(np.float32)
-    q = rng.dirichlet(np.full(n, 0.3), size=c).astype(np.float32)
-    p_cal = rng.dirichlet(np.full(n, 0.3), size=16)
-    q_cal = rng.dirichlet(np.full(n, 0.3), size=16)
-    mu, factor = collect.calibration_stats(p_cal, rank=4)
+def _study_case(seed: int = 3, n: int = 60, c: int = 24, s: int = 16, rank: int = 4,
+                target_conc: float = 0.3, drafter_conc: float = 0.3):
+    """A small synthetic study's inputs (N ids, c positions, s calibration rows, a rank-r
+    factor; Dirichlet target and drafter laws of the given concentrations, token counts in
+    [1, 100)) and the generator that drew them, left where the draws end."""
+    rng = np.random.default_rng(seed)
+    p = rng.dirichlet(np.full(n, target_conc), size=c).astype(np.float32)
+    q = rng.dirichlet(np.full(n, drafter_conc), size=c).astype(np.float32)
+    p_cal = rng.dirichlet(np.full(n, target_conc), size=s)
+    q_cal = rng.dirichlet(np.full(n, drafter_conc), size=s)
+    mu, factor = collect.calibration_stats(p_cal, rank=rank)
     counts = rng.integers(1, 100, size=n)
     return rng, dict(p=p, q=q, counts=counts, mu=mu, factor=factor, p_cal=p_cal, q_cal=q_cal)
 
@@ -187,8 +189,6 @@ def test_study_splits_the_run_wide_false_alarm_over_its_checks_and_the_others():
     checks (``other_tests``): every test runs at FALSE_ALARM / (study tests + other tests).
     It also records first-order RDK's tau -> 0 limit (TLI's calibration acceptance) and
     whether the best tau sat at the grid's edge."""
-    from gpu_validation import study
-
     rng, case = _study_case()
     out = study.acceptance_study(**case, kept_sizes=(30, 10), n_steps=50, rng=rng, other_tests=4)
     assert out["n_tests"] == 2 * 2 * len(samplers.SAMPLERS) + 4
@@ -205,14 +205,8 @@ def test_study_splits_the_run_wide_false_alarm_over_its_checks_and_the_others():
 def test_at_grid_edge_flags_the_largest_tau_too():
     """A near-uniform target and a peaked drafter: smoothing wins, so the best tau is the
     grid's largest for both covariance samplers; at_grid_edge looked at the smallest only."""
-    rng = np.random.default_rng(0)
-    n, c = 40, 12
-    p = rng.dirichlet(np.full(n, 200.0), size=c).astype(np.float32)
-    q = rng.dirichlet(np.full(n, 0.05), size=c).astype(np.float32)
-    p_cal, q_cal = rng.dirichlet(np.full(n, 200.0), size=16), rng.dirichlet(np.full(n, 0.05), size=16)
-    mu, factor = collect.calibration_stats(p_cal, rank=4)
-    out = study.acceptance_study(p, q, rng.integers(1, 100, size=n), (20,), mu=mu, factor=factor,
-                                 p_cal=p_cal, q_cal=q_cal, n_steps=0, rng=rng)
+    rng, case = _study_case(seed=0, n=40, c=12, target_conc=200.0, drafter_conc=0.05)
+    out = study.acceptance_study(**case, kept_sizes=(20,), n_steps=0, rng=rng)
     t = out["taus"][20]
     for s in ("rdk_first_order", "rdk_exact"):
         assert t[s] == max(t["calibration_alpha_by_tau"][s]) and t["at_grid_edge"][s], s
@@ -249,7 +243,7 @@ def test_study_and_hetero_caps_read_float32_rows_as_laws_summing_to_one():
     """Float32 rows that sum to 1 + 3e-7 (float32 round-off on a real vocabulary) are laws:
     the study and the heterogeneous-tokenizer caps divide them by their float64 sums first.
     Before, a drafter keeping every id had p(I) = 1 + 3e-7 (1.0000000486 on the real pair)."""
-    from gpu_validation import hetero, study
+    from gpu_validation import hetero
 
     rng = np.random.default_rng(5)
     n, c = 40, 8
@@ -440,8 +434,6 @@ def test_kept_rows_topk_keeps_the_diagonal_even_when_a_covariance_exceeds_it():
     """Each kept row's top-k always holds its diagonal (so that M = I stays reachable), even
     where an off-diagonal covariance is larger: random data always had the diagonal among
     the top 4, so dropping that rule went unseen."""
-    from gpu_validation import samplers
-
     # Omega = c^T c: row 0 is (1, 10, -11); Omega_01 = 10 > Omega_00 = 1, so a plain top-1
     # would keep column 1; the diagonal must be kept (k = 1: only it)
     c = np.array([[1.0, 10.0, -11.0]])
@@ -454,7 +446,6 @@ def test_kept_rows_topk_keeps_the_diagonal_even_when_a_covariance_exceeds_it():
 def test_build_kernels_marginal_kernel_spreads_by_the_calibration_mean():
     """The marginal kernel's lam is mu(OOV) and its w the calibration mean outside I,
     renormalised (a uniform w went unseen)."""
-    from gpu_validation import samplers
     from rdk_theory.vocab import VocabMap
 
     vm = VocabMap.from_kept_ids(np.array([0, 1]), 4)
@@ -470,8 +461,6 @@ def test_build_kernels_marginal_kernel_spreads_by_the_calibration_mean():
 def test_martingale_agreement_splits_the_false_alarm_over_its_tests():
     """The end-to-end check runs each of n_tests tests at FALSE_ALARM / n_tests
     (Bonferroni); the same level for every test went unseen."""
-    from gpu_validation import agreement
-
     a = np.full(200, 0.7)
     x = np.r_[np.ones(162), np.zeros(38)]  # 162 accepts against 140 expected: p = 4.9e-4
     res1, res10 = agreement.martingale_agreement(a, x), agreement.martingale_agreement(a, x, 10)
@@ -483,8 +472,6 @@ def test_martingale_agreement_splits_the_false_alarm_over_its_tests():
 def test_binomial_agreement_fails_an_aggregate_p_value_just_below_its_level():
     """An aggregate p-value of about 1e-4 fails at the level 1e-3: the negative control's p
     ~ 1e-20 failed at any level, so a level 100x too strict went unseen."""
-    from gpu_validation import agreement
-
     res = agreement.binomial_agreement([0.5] * 4, [531, 531, 531, 530], 1000)
     assert res["p_aggregate"] < res["test_level"] < 100 * res["p_aggregate"]
     assert res["p_dispersion"] > res["test_level"] and res["degenerate_ok"]
@@ -494,8 +481,6 @@ def test_binomial_agreement_fails_an_aggregate_p_value_just_below_its_level():
 def test_token_counts_refuses_an_id_equal_to_the_vocabulary_size():
     """An id equal to vocab_size is out of range (with '>' for '>=' bincount returned
     vocab_size + 1 counts)."""
-    from gpu_validation import pruning
-
     with pytest.raises(ValueError, match=r"token ids must be in \[0, 3\)"):
         pruning.token_counts([0, 3], 3)
 
@@ -503,32 +488,22 @@ def test_token_counts_refuses_an_id_equal_to_the_vocabulary_size():
 def test_kept_sizes_round_to_the_nearest_integer():
     """Kept sizes are round(f N), not floor: the earlier cases were whole or clamped, where
     the two agree."""
-    from gpu_validation import pruning
-
     assert pruning.kept_sizes_from_fractions([0.29, 0.21], 10) == [3, 2]
 
 
 def test_study_rows_report_the_kept_sets_own_masses():
     """kept_mass_calibration and the OOV cap are those of the kept set, the K most frequent
     ids (here not ids 0..K-1: summing mu[:K] went unseen)."""
-    from gpu_validation import collect, pruning, study
-    from rdk_theory.acceptance import oov_cap
-
-    rng = np.random.default_rng(8)
-    n, c = 40, 8
-    p = rng.dirichlet(np.full(n, 0.3), size=c).astype(np.float32)
-    q = rng.dirichlet(np.full(n, 0.3), size=c).astype(np.float32)
-    p_cal, q_cal = rng.dirichlet(np.full(n, 0.3), size=8), rng.dirichlet(np.full(n, 0.3), size=8)
-    mu, factor = collect.calibration_stats(p_cal, rank=3)
-    counts = np.arange(n)[::-1].copy()
+    rng, case = _study_case(seed=8, n=40, c=8, s=8, rank=3)
+    counts = np.arange(40)[::-1].copy()
     counts[[0, 1]] = 0  # the kept set {2..11} is not the first 10 ids
-    out = study.acceptance_study(p, q, counts, (10,), mu=mu, factor=factor, p_cal=p_cal,
-                                 q_cal=q_cal, n_steps=0, rng=rng)
+    case["counts"] = counts
+    out = study.acceptance_study(**case, kept_sizes=(10,), n_steps=0, rng=rng)
     (row,) = out["rows"]
     vm = pruning.pruned_vocab_map(counts, 10)
     assert sorted(vm.intersection.tolist()) == list(range(2, 12))
-    assert_close(row["kept_mass_calibration"], mu[vm.intersection].sum())
-    assert_close(row["oov_cap"], oov_cap(collect.laws64(p), vm, check=False).mean())
+    assert_close(row["kept_mass_calibration"], case["mu"][vm.intersection].sum())
+    assert_close(row["oov_cap"], oov_cap(collect.laws64(case["p"]), vm, check=False).mean())
 
 
 def test_study_checks_pass_and_measure_each_samplers_own_proposal():
@@ -538,8 +513,6 @@ def test_study_checks_pass_and_measure_each_samplers_own_proposal():
     correct study fails with probability <= agreement.FALSE_ALARM = 1e-3, the checks'
     run-wide rate. The marginal kernel's alpha is more than 0.05 from TLI's here, so a
     study that measures TLI for it fails."""
-    from gpu_validation import study
-
     _, case = _study_case()
     out = study.acceptance_study(**case, kept_sizes=(10,), n_steps=200,
                                  rng=np.random.default_rng(11))

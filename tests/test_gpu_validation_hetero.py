@@ -161,8 +161,6 @@ def rt_map(draft, target):
 def test_holes_and_padded_ids_match_nothing():
     """Ids without a string (holes) and padded LM-head rows match nothing and are not
     duplicates; oov_cap_by_strings leaves the drafter's holes out of I."""
-    from gpu_validation import hetero
-
     draft = hetero.TokenList("d", ["a", "", "<pad>", "b"])
     target = hetero.TokenList("t", ["a", "c", ""]).padded(5)
     assert target.canonical[3:] == ["", ""] and target.n_duplicates == 0

@@ -301,15 +301,11 @@ def test_statement_B_general_gamma_step_is_not_vacuous():
 
 
 def _n_laws(n, d, total=None):
-    import itertools
-
     return sum(1 for c in itertools.product(range(d + 1), repeat=n)
                if (sum(c) == d if total is None else sum(c) <= d))
 
 
 def _n_maps(n_max):
-    import itertools
-
     out = []
     for nt in range(1, n_max + 1):
         for nd in range(1, n_max + 1):
@@ -325,8 +321,6 @@ def test_proof_case_counts_are_the_sizes_of_their_stated_grids():
     here independently: L without sub-stochastic r, O4 without delta = r(i) or only for
     r(i) = 1, sub_distributions without the zero vector and every_map without N_D < N_T
     each shrank a grid while every test still passed."""
-    import itertools
-
     import proofs.identity_kernel as o3
     import proofs.lossless as lossless
     import proofs.mass_transfer as o4

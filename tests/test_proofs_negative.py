@@ -203,7 +203,6 @@ def test_A_fails_when_alpha_leaves_zero_one_for_a_sub_stochastic_proposal(monkey
     that leg. An alpha that subtracts the proposal's missing mass is exact for normalised
     r (so the TV identity holds) but negative for r = 0."""
     import proofs.acceptance_tv as a_tv
-    from rdk_theory import _backend as B
 
     def minus_missing(p, r, *, check=True):  # the bug
         return B.total(np.minimum(p, r)) - (1 - B.total(r))
