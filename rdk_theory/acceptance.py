@@ -14,6 +14,8 @@ numpy object arrays of ``fractions.Fraction`` (exact, compare with ``==``) and t
 """
 from __future__ import annotations
 
+import math
+
 from . import _backend as B
 from .validation import InputError, as_prob_array, check_broadcast, same_backend
 from .vocab import check_vocab_map
@@ -95,3 +97,15 @@ def oov_cap(target_probs, vocab_map, *, check: bool = True):
     if B.is_torch(p):
         return p.index_select(-1, vocab_map.on_device("intersection", p.device)).sum(-1)
     return B.total(p[..., vocab_map.intersection])
+
+
+def finite_tau_score(score, tau, kernel: str = "the kernel") -> float:
+    """``score``, a mean acceptance of ``kernel`` at temperature ``tau`` in a tau search, as a
+    float; FloatingPointError when it is NaN or infinite. A non-finite acceptance is a kernel
+    bug, not a poor tau: a search comparing ``score > best`` would skip it silently (NaN
+    compares False), or let it win at the first grid point."""
+    score = float(score)
+    if not math.isfinite(score):
+        raise FloatingPointError(f"{kernel} at tau = {tau:.3g} gave a non-finite acceptance "
+                                 f"({score})")
+    return score

@@ -24,7 +24,7 @@ import numpy as np
 from ._optional import import_failure
 from ._outdir import check_targets, out_folder, write_replacing
 from ._progress import progress
-from .acceptance import acceptance_rate, oov_cap, total_variation
+from .acceptance import acceptance_rate, finite_tau_score, oov_cap, total_variation
 from .case import DENSE_KERNEL_MAX_BYTES, default_tau
 from .first_order import FirstOrderCovarianceKernel
 from .kernels import MarginalKernel, covariance_softmax_kernel
@@ -74,10 +74,8 @@ def synthetic_report(*, n: int, contexts: int, calibration: int, keep, seed: int
         best, best_score, kernel = 0, -1.0, None
         for i, t in enumerate(taus):  # one dense N x N kernel alive at a time
             ker = covariance_softmax_kernel(cal, t)
-            score = _mean_alpha(p[tune], ker.transport(props["tli"][tune]))
-            if not np.isfinite(score):  # a kernel bug, not a poor tau: never skip it silently
-                raise FloatingPointError(f"the covariance kernel at tau = {t:.3g} gave a "
-                                         f"non-finite acceptance ({score})")
+            score = finite_tau_score(_mean_alpha(p[tune], ker.transport(props["tli"][tune])), t,
+                                     "the covariance kernel")
             if score > best_score:
                 best, best_score, kernel = i, score, ker
             del ker
