@@ -36,6 +36,7 @@ import sympy as sp
 from rdk_theory.bounds import expected_tokens_per_call
 
 from .result import run_check
+from .symbolic import Steps
 
 ID = "B"
 TITLE = "expected tokens per target call = 1 + sum_k prod_{t<=k} alpha_t; i.i.d. closed form"
@@ -101,26 +102,35 @@ def _by_parts_for_every_gamma(law_term=None) -> bool:
     return bool(law_ok and sp.expand(base) == 0 and sp.expand(step) == 0)
 
 
-def _body(out):
-    ok = _by_parts_for_every_gamma()
+def _symbolic() -> Steps:
+    steps = Steps()
+    steps.require("summation by parts for every gamma", _by_parts_for_every_gamma())
     for g in range(1, MAX_GAMMA + 1):
         a = sp.symbols(f"alpha1:{g + 1}")
-        ok &= sp.expand(expected_from_law(a) - tail_sum(a)) == 0
+        steps.require(f"law minus tail sum, gamma = {g}",
+                      sp.expand(expected_from_law(a) - tail_sum(a)) == 0)
     alpha = sp.Symbol("alpha", positive=True)
     gamma = sp.Symbol("gamma", integer=True, positive=True)
     k = sp.Symbol("k", integer=True, positive=True)
     diff = sp.piecewise_fold(1 + sp.summation(alpha ** k, (k, 1, gamma)) - (1 - alpha ** (gamma + 1)) / (1 - alpha))
     # sympy returns a Piecewise split on alpha == 1; the closed form is claimed for alpha != 1 only.
     pieces = diff.args if isinstance(diff, sp.Piecewise) else ((diff, True),)
-    ok &= all(sp.simplify(expr) == 0 for expr, cond in pieces if cond != sp.Eq(alpha, 1))
-    if not ok:
-        out.fail("sympy could not establish the expectation identity")
+    steps.require("i.i.d. closed form for every gamma (alpha != 1)",
+                  all(sp.simplify(expr) == 0 for expr, cond in pieces if cond != sp.Eq(alpha, 1)))
+    return steps
+
+
+def _body(out):
+    steps = _symbolic()
+    if not steps.ok:
+        out.fail(steps.counterexample())
     out.methods.append(f"sympy: P(N = k) = T_k - T_(k+1) with T_k = prod_(t<=k) alpha_t, and summation by "
                        f"parts sum_(k<=g) (k+1)(T_k - T_(k+1)) = sum_(k<=g) T_k - (g+1) T_(g+1) by induction "
                        f"on a symbolic g, so E[N+1] = sum_(k<=gamma) T_k for every gamma; E[N+1] from the "
                        f"law minus the tail sum also expands to 0 for symbolic alphas and gamma = "
                        f"1..{MAX_GAMMA}; i.i.d. closed form by geometric summation for symbolic gamma "
                        f"(alpha != 1)")
+    iid = 0  # constant tuples alpha != 1, where the i.i.d. closed form is checked
     for g in range(1, 5):
         for alphas in itertools.product(GRID, repeat=g):
             out.cases += 1
@@ -128,14 +138,15 @@ def _body(out):
             if enum != tail_sum(alphas) or expected_tokens_per_call(np.array(alphas, dtype=object)) != enum:
                 out.fail({"alphas": list(alphas), "enumerated": enum, "formula": tail_sum(alphas)})
             if len(set(alphas)) == 1 and alphas[0] != 1:
-                a0 = alphas[0]
+                a0, iid = alphas[0], iid + 1
                 if (1 - a0 ** (g + 1)) / (1 - a0) != enum:
                     out.fail({"alphas": list(alphas), "iid_closed_form": (1 - a0 ** (g + 1)) / (1 - a0)})
             if 1 + sum(alphas) != enum:
                 out.refute({"alphas": list(alphas), "enumerated": enum, "perturbed": 1 + sum(alphas)})
     out.methods.append(f"exhaustive exact enumeration of accept/reject patterns (also against "
                        f"rdk_theory.bounds.expected_tokens_per_call) for gamma <= 4 and "
-                       f"alphas in {{{', '.join(map(str, GRID))}}}")
+                       f"alphas in {{{', '.join(map(str, GRID))}}}, the i.i.d. closed form on the {iid} "
+                       f"constant tuples with alpha != 1")
 
 
 def check():

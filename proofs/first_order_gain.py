@@ -33,7 +33,7 @@ from rdk_theory.acceptance import acceptance_rate
 
 from .exhaustive import distributions, row_stochastic
 from .result import run_check
-from .symbolic import holds_for_all_orderings
+from .symbolic import Steps, holds_for_all_orderings
 
 ID = "O5"
 TITLE = "right derivative of alpha in lambda at 0, and concavity in lambda and M"
@@ -42,28 +42,34 @@ GRID = dict(n=3, d=3, kernel_d=2)
 LAM = Fraction(1, 1000)
 
 
-def _symbolic() -> bool:
+def _symbolic() -> Steps:
     lam, e, g, w = sp.symbols("lambda e g w", positive=True)  # g = |d|
     t = sp.Symbol("t", real=True)
     q = lambda p, c, y: (sp.Min(p, y) - sp.Min(p, c)) / lam  # noqa: E731  y = c + lambda d
-    # (p, c, y = c + lambda d, wanted derivative) for lambda below the first kink of the term:
-    cases = [
-        (t + lam * g + w, t, t + lam * g, g),    # c < p, d = g > 0 (c + lambda d still < p)
-        (t + e, t, t - lam * g, -g),             # c < p, d = -g < 0
-        (t, t + e, t + e + lam * g, 0),          # c > p, d > 0
-        (t, t + w + lam * g, t + w, 0),          # c > p, d = -g < 0 (c + lambda d still > p)
-        (t, t, t + lam * g, 0),                  # c = p, d > 0: min(0, d) = 0
-        (t, t, t - lam * g, -g),                 # c = p, d < 0: min(0, d) = d
-        (t + e, t, t, 0), (t, t, t, 0), (t, t + e, t + e, 0),  # d = 0
-    ]
-    ok = all(sp.simplify(q(p, c, y) - want) == 0 for p, c, y, want in cases)
+    # name: (p, c, y = c + lambda d, wanted derivative) for lambda below the term's first kink
+    cases = {
+        "c < p, d > 0": (t + lam * g + w, t, t + lam * g, g),  # c + lambda d still < p
+        "c < p, d < 0": (t + e, t, t - lam * g, -g),
+        "c > p, d > 0": (t, t + e, t + e + lam * g, 0),
+        "c > p, d < 0": (t, t + w + lam * g, t + w, 0),  # c + lambda d still > p
+        "c = p, d > 0: min(0, d) = 0": (t, t, t + lam * g, 0),
+        "c = p, d < 0: min(0, d) = d": (t, t, t - lam * g, -g),
+        "c < p, d = 0": (t + e, t, t, 0),
+        "c = p, d = 0": (t, t, t, 0),
+        "c > p, d = 0": (t, t + e, t + e, 0),
+    }
+    steps = Steps()
+    for name, (p, c, y, want) in cases.items():
+        steps.require(f"difference quotient, {name}", sp.simplify(q(p, c, y) - want) == 0)
     # concavity of min: t min(a1,b1) + u min(a2,b2) <= both affine pieces, t, u >= 0.
     a1, b1, a2, b2 = sp.symbols("a1 b1 a2 b2", real=True)
     tt, uu = sp.symbols("t_1 u_1", nonnegative=True)
     z = tt * sp.Min(a1, b1) + uu * sp.Min(a2, b2)
     ok_a, _ = holds_for_all_orderings(tt * a1 + uu * a2 - z, [a1, b1, a2, b2], ">=")
+    steps.require("concavity of min, first affine piece", ok_a)
     ok_b, _ = holds_for_all_orderings(tt * b1 + uu * b2 - z, [a1, b1, a2, b2], ">=")
-    return bool(ok and ok_a and ok_b)
+    steps.require("concavity of min, second affine piece", ok_b)
+    return steps
 
 
 def alpha_of_lambda(p, q_prime, k_matrix, lam):
@@ -79,8 +85,9 @@ def right_derivative(p, q_prime, k_matrix):
 
 
 def _body(out):
-    if not _symbolic():
-        out.fail("sympy could not establish the one-sided limits or the concavity of min")
+    steps = _symbolic()
+    if not steps.ok:
+        out.fail(steps.counterexample())
     out.methods.append("sympy: difference quotient of min(p, c + lambda d) for lambda below the term's first kink, in the "
                        "cases c < p, c > p, c = p split on the sign of d; concavity of min in every ordering")
     n, d, kd = GRID["n"], GRID["d"], GRID["kernel_d"]

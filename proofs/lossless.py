@@ -27,6 +27,7 @@ from rdk_theory.acceptance import acceptance_rate, step_output_law
 
 from .exhaustive import distributions, sub_distributions
 from .result import run_check
+from .symbolic import Steps
 
 ID = "L"
 TITLE = "one verification step is lossless for every (sub-)stochastic proposal"
@@ -34,12 +35,14 @@ PERTURBED = "resampling from p (instead of the residual) on rejection is also lo
 GRID = dict(n=3, d=4)
 
 
-def _symbolic(out) -> bool:
+def _symbolic() -> Steps:
     a, b = sp.symbols("a b", real=True)
     e = sp.symbols("e", nonnegative=True)
     lemma = sp.Min(a, b) + sp.Max(0, a - b) - a
+    steps = Steps()
     # case a <= b: b = a + e;  case a > b: a = b + e.
-    ok = sp.simplify(lemma.subs(b, a + e)) == 0 and sp.simplify(lemma.subs(a, b + e)) == 0
+    steps.require("lemma, case a <= b", sp.simplify(lemma.subs(b, a + e)) == 0)
+    steps.require("lemma, case a > b", sp.simplify(lemma.subs(a, b + e)) == 0)
     # the residual's normaliser for a symbolic vocabulary of size n. By the lemma, each term
     # (p - r)^+ equals p - min(p, r); the sum of those is sum p - alpha by linearity, and the
     # hypothesis sum p = 1 makes it 1 - alpha. The hypothesis is needed: without it the
@@ -53,26 +56,31 @@ def _symbolic(out) -> bool:
 
     alpha, sum_p = total(sp.Min(pp[x], rr[x])), total(pp[x])
     term_by_lemma = sp.Max(0, pp[x] - rr[x]) - (pp[x] - sp.Min(pp[x], rr[x]))
-    ok = ok and sp.simplify(term_by_lemma - lemma.subs({a: pp[x], b: rr[x]})) == 0
+    steps.require("(p - r)^+ = p - min(p, r), by the lemma",
+                  sp.simplify(term_by_lemma - lemma.subs({a: pp[x], b: rr[x]})) == 0)
     normaliser = total(pp[x] - sp.Min(pp[x], rr[x])).expand()  # linearity of the sum
-    ok = ok and sp.simplify(normaliser.subs(sum_p, 1) - (1 - alpha)) == 0
-    ok = ok and sp.simplify(normaliser - (1 - alpha)) != 0  # sum p = 1 is really used
+    steps.require("normaliser = 1 - alpha given sum p = 1",
+                  sp.simplify(normaliser.subs(sum_p, 1) - (1 - alpha)) == 0)
+    steps.require("normaliser != 1 - alpha without sum p = 1",
+                  sp.simplify(normaliser - (1 - alpha)) != 0)
     # the output law for alpha < 1: the reject branch (weight 1 - alpha) draws y from the
     # residual, (p - r)^+ over the normaliser proved above; with it, min + branch = p (lemma)
     law = (sp.Min(a, b) + (1 - alpha) * sp.Max(0, a - b) / normaliser.subs(sum_p, 1)) - a
-    ok = ok and sp.simplify(law - lemma) == 0
+    steps.require("accept + reject branches = p", sp.simplify(law - lemma) == 0)
     unused = (sp.Min(a, b) + (1 - alpha) * sp.Max(0, a - b) / normaliser) - a  # no sum p = 1
-    ok = ok and sp.simplify(unused - lemma) != 0
-    out.methods.append("sympy: two-case split of min gives min(a,b) + (a-b)^+ = a; by it and "
-                       "linearity, over a symbolic vocabulary, the residual's normaliser "
-                       "sum (p-r)^+ is sum p - alpha, which is 1 - alpha given sum p = 1 (and "
-                       "not without it); for alpha < 1 the two branches add to p")
-    return ok
+    steps.require("branches != p without sum p = 1", sp.simplify(unused - lemma) != 0)
+    return steps
 
 
 def _body(out):
-    if not _symbolic(out):
-        out.fail("sympy could not establish the two-case lemma")
+    steps = _symbolic()
+    if not steps.ok:
+        out.fail(steps.counterexample())
+    out.methods.append("sympy: two-case split of min gives min(a,b) + (a-b)^+ = a; by it and "
+                       "linearity, over a symbolic vocabulary, the residual's normaliser "
+                       "sum (p-r)^+ is sum p - alpha, which is 1 - alpha given sum p = 1 (and "
+                       "not without it); for alpha < 1 the two branches add to p "
+                       f"({len(steps.results)} steps)")
     n, d = GRID["n"], GRID["d"]
     for p in distributions(n, d):
         for r in sub_distributions(n, d):

@@ -24,7 +24,7 @@ from rdk_theory.acceptance import acceptance_rate
 
 from .exhaustive import distributions
 from .result import run_check
-from .symbolic import holds_for_all_orderings
+from .symbolic import Steps, holds_for_all_orderings
 
 ID = "O4"
 TITLE = "moving surplus mass to a deficit token raises alpha by min(delta, p(j) - r(j))"
@@ -32,23 +32,28 @@ PERTURBED = "the same gain holds for any delta <= r(i) (surplus condition droppe
 GRID = dict(n=3, d=4)
 
 
-def _symbolic() -> bool:
+def _symbolic() -> Steps:
+    steps = Steps()
     p_i, s_i, r_i = sp.symbols("p_i s_i r_i", real=True)  # s_i = r_i - delta
     ok_i, _ = holds_for_all_orderings(sp.Min(p_i, s_i) - sp.Min(p_i, r_i), [p_i, s_i, r_i],
                                       given=[(p_i, s_i), (s_i, r_i)])
+    steps.require("term i unchanged", ok_i)
     r_j, p_j, u_j = sp.symbols("r_j p_j u_j", real=True)  # u_j = r_j + delta
     gain = sp.Min(p_j, u_j) - sp.Min(p_j, r_j) - sp.Min(u_j - r_j, p_j - r_j)
     ok_j, _ = holds_for_all_orderings(gain, [r_j, p_j, u_j], given=[(r_j, p_j), (r_j, u_j)])
-    return ok_i and ok_j
+    steps.require("term j gains min(delta, p(j) - r(j))", ok_j)
+    return steps
 
 
 def _body(out):
-    if not _symbolic():
-        out.fail("sympy could not establish the two per-token identities")
+    steps = _symbolic()
+    if not steps.ok:
+        out.fail(steps.counterexample())
     out.methods.append("sympy: per-token identities for i (unchanged) and j (gain min(delta, p_j - r_j)) "
                        "in every ordering allowed by the hypotheses")
     n, d = GRID["n"], GRID["d"]
     laws = list(distributions(n, d))
+    claimed = 0  # cases with delta <= r(i) - p(i), where the gain is claimed
     for p in laws:
         for r in laws:
             a0 = acceptance_rate(p, r)
@@ -64,13 +69,15 @@ def _body(out):
                         gain = acceptance_rate(p, moved) - a0
                         claim = min(delta, p[j] - r[j])
                         out.cases += 1
-                        if delta <= r[i] - p[i] and gain != claim:
+                        inside = delta <= r[i] - p[i]  # the surplus condition
+                        claimed += inside
+                        if inside and gain != claim:
                             out.fail({"p": p, "r": r, "i": i, "j": j, "delta": delta, "gain": gain})
-                        if delta > r[i] - p[i] and gain != claim:
+                        if not inside and gain != claim:
                             out.refute({"p": p, "r": r, "i": i, "j": j, "delta": delta,
                                         "gain": gain, "claimed": claim})
     out.methods.append(f"exhaustive exact check over all p, r on N = {n}, grid 1/{d}, all (i, j) "
-                       f"and all grid delta")
+                       f"and all grid delta ({claimed} of the cases inside the claim, delta <= r(i) - p(i))")
 
 
 def check():

@@ -56,3 +56,36 @@ def holds_for_all_orderings(expr, symbols, relation: str = "==", *, nonnegative_
         if not decide(expr.subs(subs, simultaneous=True), relation):
             return False, perm
     return True, None
+
+
+class Steps:
+    """The named sub-steps of one symbolic argument, each with sympy's verdict.
+
+    A proof records every step with :meth:`require`; it holds when at least one step was
+    recorded and every step held. Keeping the names (instead of one ``ok = ok and ...`` chain)
+    lets a failed check say which step sympy could not establish, and lets the tests pin the
+    list of steps, so a step dropped from a proof does not go unseen.
+    """
+
+    def __init__(self):
+        self.results: dict[str, bool] = {}
+
+    def require(self, name: str, held) -> bool:
+        """Record step ``name`` with verdict ``held`` (a sympy or Python truth value)."""
+        if name in self.results:
+            raise ValueError(f"step {name!r} recorded twice")
+        self.results[name] = bool(held)
+        return self.results[name]
+
+    @property
+    def ok(self) -> bool:
+        return bool(self.results) and all(self.results.values())
+
+    @property
+    def failed(self) -> list[str]:
+        """The names of the steps that did not hold, in the order they were recorded."""
+        return [name for name, held in self.results.items() if not held]
+
+    def counterexample(self) -> dict:
+        """What a check reports when the argument does not hold."""
+        return {"why": "sympy could not establish these steps", "steps": self.failed}

@@ -22,7 +22,7 @@ from rdk_theory.vocab import VocabMap
 
 from .exhaustive import distributions, every_map
 from .result import run_check
-from .symbolic import decide, holds_for_all_orderings
+from .symbolic import Steps, decide, holds_for_all_orderings
 
 ID = "O1"
 TITLE = "TLI accepts at least as often as vanilla, termwise"
@@ -30,18 +30,21 @@ PERTURBED = "vanilla accepts at least as often as TLI"
 GRID = dict(n_max=3, d=3)
 
 
-def _symbolic() -> bool:
+def _symbolic() -> Steps:
+    steps = Steps()
     q, u = sp.symbols("q u", nonnegative=True)
     s = 1 / (1 + u)  # every s in (0, 1], as u runs over [0, inf)
-    ok_scale = decide(q / s - q, ">=")  # = q u
+    steps.require("q/s >= q for s in (0, 1]", decide(q / s - q, ">="))  # = q u
     p, a, b = sp.symbols("p a b", real=True)
     ok_mono, _ = holds_for_all_orderings(sp.Min(p, b) - sp.Min(p, a), [p, a, b], ">=", given=[(a, b)])
-    return bool(ok_scale and ok_mono)
+    steps.require("min(p, .) is non-decreasing", ok_mono)
+    return steps
 
 
 def _body(out):
-    if not _symbolic():
-        out.fail("sympy could not establish q/s >= q and the monotonicity of min(p, .)")
+    steps = _symbolic()
+    if not steps.ok:
+        out.fail(steps.counterexample())
     out.methods.append("sympy: q/s - q >= 0 for every s = 1/(1+u) in (0, 1] (it is q u), and "
                        "min(p, b) >= min(p, a) for a <= b in every ordering of p, a, b")
     n_max, d = GRID["n_max"], GRID["d"]

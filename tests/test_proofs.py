@@ -389,3 +389,103 @@ def test_a_hypothesis_skips_only_the_orderings_it_excludes():
     assert len(list(ordered_substitutions([a, b, c], given=[(a, b)]))) == 3
     ok, _ = holds_for_all_orderings(b - a - 1, [a, b], ">=", given=[(a, b)])
     assert not ok  # b - a >= 1 does not follow from a <= b
+
+
+#: The named sympy steps of each symbolic argument, in the order the proof records them.
+SYMBOLIC_STEPS = {
+    "L": ["lemma, case a <= b", "lemma, case a > b", "(p - r)^+ = p - min(p, r), by the lemma",
+          "normaliser = 1 - alpha given sum p = 1", "normaliser != 1 - alpha without sum p = 1",
+          "accept + reject branches = p", "branches != p without sum p = 1"],
+    "O1": ["q/s >= q for s in (0, 1]", "min(p, .) is non-decreasing"],
+    "O4": ["term i unchanged", "term j gains min(delta, p(j) - r(j))"],
+    "B": ["summation by parts for every gamma"]
+        + [f"law minus tail sum, gamma = {g}" for g in range(1, 9)]
+        + ["i.i.d. closed form for every gamma (alpha != 1)"],
+    "O5": [f"difference quotient, {case}" for case in (
+        "c < p, d > 0", "c < p, d < 0", "c > p, d > 0", "c > p, d < 0",
+        "c = p, d > 0: min(0, d) = 0", "c = p, d < 0: min(0, d) = d",
+        "c < p, d = 0", "c = p, d = 0", "c > p, d = 0")]
+        + ["concavity of min, first affine piece", "concavity of min, second affine piece"],
+}
+
+
+@pytest.mark.parametrize("sid", list(SYMBOLIC_STEPS))
+def test_symbolic_arguments_take_every_stated_step(sid):
+    """Each symbolic argument records exactly its stated steps and sympy establishes each: a
+    case of the min lemma, a case of O5's difference quotient or one half of a two-part
+    argument, dropped from the proof, used to leave it 'proved'."""
+    steps = module(sid)._symbolic()
+    assert list(steps.results) == SYMBOLIC_STEPS[sid]
+    assert steps.ok and steps.failed == []
+
+
+@pytest.mark.parametrize("sid", list(SYMBOLIC_STEPS))
+def test_a_symbolic_step_that_does_not_hold_fails_the_check(sid, monkeypatch):
+    """One step sympy cannot establish makes the whole check 'failed' and names that step."""
+    from proofs.symbolic import Steps
+
+    mod = module(sid)
+    real = mod._symbolic
+
+    def one_step_fails():
+        steps, broken = real(), Steps()
+        for i, name in enumerate(steps.results):
+            broken.require(name, i != 1)
+        return broken
+
+    monkeypatch.setattr(mod, "_symbolic", one_step_fails)
+    res = mod.check()
+    assert res.status == "failed" and not res.ok
+    assert res.counterexample == {"why": "sympy could not establish these steps",
+                                  "steps": [SYMBOLIC_STEPS[sid][1]]}
+
+
+def test_the_step_record_holds_only_when_every_recorded_step_holds():
+    from proofs.symbolic import Steps
+
+    steps = Steps()
+    assert not steps.ok  # an argument with no step proves nothing
+    assert steps.require("a", True) is True and steps.ok
+    assert steps.require("b", 0) is False and not steps.ok
+    assert steps.failed == ["b"] and steps.results == {"a": True, "b": False}
+    with pytest.raises(ValueError, match="'a' recorded twice"):
+        steps.require("a", True)
+
+
+def test_O4_and_B_check_their_claims_on_the_whole_stated_range():
+    """O4 checks the gain on every delta <= r(i) - p(i), the boundary included (a strict '<'
+    moved the boundary cases to the negative control, where a correct gain refutes nothing);
+    B checks the i.i.d. closed form on every constant tuple with alpha != 1 for gamma = 1..4
+    (checking it for gamma = 4 only went unseen)."""
+    import re
+
+    import proofs.block_efficiency as be
+    import proofs.mass_transfer as o4
+
+    d = 4
+    laws = [c for c in itertools.product(range(d + 1), repeat=3) if sum(c) == d]
+    inside = sum(1 for p in laws for r in laws for i in range(3) for j in range(3)
+                 if i != j and r[j] < p[j] for k in range(1, r[i] + 1) if k <= r[i] - p[i])
+    boundary = sum(1 for p in laws for r in laws for i in range(3) for j in range(3)
+                   if i != j and r[j] < p[j] and r[i] > p[i])
+    assert boundary > 0
+    found = re.search(r"\((\d+) of the cases inside the claim", o4.check().method)
+    assert found and int(found.group(1)) == inside
+    iid = sum(1 for g in range(1, 5) for a in be.GRID if a != 1)
+    assert iid == 12
+    assert f"the i.i.d. closed form on the {iid} constant tuples" in be.check().method
+
+
+def test_K_fails_when_rho_star_reaches_less_than_1_minus_1_over_e_of_the_optimum(monkeypatch):
+    """With the optimum inflated by 8/5, every acceptance(rho*) / OPT on K's grid falls in
+    [0.565, 0.625] (the true ratios are in [0.904, 1]): below 1 - 1/e = 0.632 but above 1/2,
+    so K must fail on its 1 - 1/e leg, and a check weakened to OPT / 2 would not."""
+    import proofs.multidraft as k_seq
+
+    lp, cut = k_seq.optimal_acceptance_lp, k_seq.optimal_acceptance_cut
+    monkeypatch.setattr(k_seq, "optimal_acceptance_lp", lambda p, q, k: lp(p, q, k) * 1.6)
+    monkeypatch.setattr(k_seq, "optimal_acceptance_cut", lambda p, q, k: cut(p, q, k) * Fraction(8, 5))
+    res = k_seq.check()
+    assert res.status == "failed", res.to_dict()
+    c = res.counterexample
+    assert 0.5 <= c["acceptance"] / c["lp"] < 1 - np.exp(-1)
