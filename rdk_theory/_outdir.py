@@ -20,9 +20,12 @@ def make_out_folder(out: str) -> list:
     if not out:  # abspath('') is the working folder, which makedirs('') cannot make
         raise InputError("--out must name a folder, got an empty string")
     ancestor, made = os.path.abspath(out), []
-    while not os.path.exists(ancestor):
+    while not os.path.lexists(ancestor):  # a broken link exists, as a link: makedirs fails there
         made.insert(0, ancestor)
         ancestor = os.path.dirname(ancestor)
+    if not os.path.exists(ancestor):  # a symbolic link to nothing
+        what = "is" if not made else f"lies under {ancestor},"
+        raise InputError(f"--out {out} {what} a broken symbolic link (to {os.readlink(ancestor)})")
     if not os.path.isdir(ancestor):
         what = "exists and is not a directory" if not made else f"lies under a file, {ancestor}"
         raise InputError(f"--out {out} {what}")

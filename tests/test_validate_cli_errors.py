@@ -49,6 +49,23 @@ def test_an_out_that_is_a_file_or_under_one_is_refused_naming_out(tmp_path, caps
     assert loaded == [] and [p.name for p in tmp_path.iterdir()] == ["afile"]
 
 
+@pytest.mark.parametrize("command", [["report", "--source", "synthetic", "--quick"],
+                                     ["validate", *FAST]])
+@pytest.mark.parametrize("where", ["link", "link/sub"])
+def test_an_out_at_or_under_a_broken_symbolic_link_is_refused_naming_out(tmp_path, capsys,
+                                                                         loaded, command, where):
+    """A link to a missing folder is not a folder makedirs can make (it said 'error: File
+    exists: link', which did not name --out), and nothing is made or removed."""
+    (tmp_path / "link").symlink_to(tmp_path / "nowhere")
+    out = tmp_path / where
+    extra = ["--target", str(tmp_path), "--drafter", str(tmp_path)] if command[0] == "validate" else []
+    assert main([*command, *extra, "--out", str(out)]) == 2
+    what = "is" if where == "link" else f"lies under {tmp_path / 'link'},"
+    assert _error_line(capsys) == (f"error: --out {out} {what} a broken symbolic link "
+                                   f"(to {tmp_path / 'nowhere'})")
+    assert loaded == [] and [p.name for p in tmp_path.iterdir()] == ["link"]
+
+
 @pytest.mark.parametrize("hetero, name", [((), "time_vs_n.png"), ((), "report.json"),
                                           (("--hetero",), "hetero.json")])
 def test_an_output_file_that_is_a_folder_is_refused_before_any_model_loads(
