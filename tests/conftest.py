@@ -14,6 +14,11 @@ import os
 import pytest
 from hypothesis import HealthCheck, settings
 
+# No test may reach a model hub: a refusal that should come before any model loads, once
+# broken, then fails fast (an offline lookup error) instead of hanging on a download. The real
+# models come from the local cache (fetched from PyPI wheels, not from a hub).
+os.environ.setdefault("HF_HUB_OFFLINE", "1")
+
 _COMMON = dict(deadline=None, suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large])
 settings.register_profile("dev", max_examples=30, **_COMMON)
 settings.register_profile("ci", max_examples=60, derandomize=True, database=None, print_blob=True, **_COMMON)
