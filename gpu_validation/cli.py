@@ -202,9 +202,11 @@ def _check_kept_fits(cfg) -> None:
 
     drafter = get_builtin(cfg.drafter) if isinstance(cfg.drafter, str) else None
     if drafter is not None:
-        big = [k for k in (*cfg.kept, *cfg.e2e_kept) if k > drafter.vocab_size]
+        big = [(opt, k) for opt, sizes in (("--kept", cfg.kept), ("--e2e-kept", cfg.e2e_kept))
+               for k in sizes if k > drafter.vocab_size]
         if big:
-            raise InputError(f"--kept {big[0]} exceeds the vocabulary of {drafter.name} "
+            opt, k = big[0]
+            raise InputError(f"{opt} {k} exceeds the vocabulary of {drafter.name} "
                              f"({drafter.vocab_size:,} tokens)")
 
 

@@ -57,7 +57,7 @@ def time_vs_n(timing: dict, path: Path) -> Path:
             if pts:
                 sl = timing["slopes"].get(f"{name}@batch{b}")
                 ax.plot(*zip(*pts), ls=ls, marker="o", ms=3,
-                        label=f"{name} b={b} (slope {sl:.2f})" if sl is not None else name)
+                        label=f"{name} b={b}" + (f" (slope {sl:.2f})" if sl is not None else ""))
     ax.set_xscale("log")
     ax.set_yscale("log")
     ax.set_xlabel("vocabulary size N")

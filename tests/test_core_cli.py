@@ -7,6 +7,7 @@ import numpy as np
 import pytest
 
 import rdk_theory as rt
+import rdk_theory.cli as cli
 from rdk_theory.cli import main
 from tests.stats import assert_matches_law, assert_pvalue, binomial_pvalue
 from tests.tolerances import assert_close
@@ -495,3 +496,83 @@ def test_capped_mean_never_exceeds_one():
     from rdk_theory.report import capped_mean
 
     assert capped_mean([1 + 6e-15, 1.0]) == 1.0 and capped_mean([0.5, 0.75]) == 0.625
+
+
+@pytest.mark.parametrize("option, value, want", [
+    ("--tau", "-1e+3", "error: --tau must be a finite real number > 0, got -1000.0"),
+    ("--tau", "-2E+0", "error: --tau must be a finite real number > 0, got -2.0"),
+    ("--lam", "-Infinity", "error: --lam must be in [0, 1], got -inf"),
+    ("--lam", "-infinity", "error: --lam must be in [0, 1], got -inf"),
+])
+def test_negative_numbers_with_explicit_exponent_sign_or_spelled_infinity_are_values(
+        tmp_path, capsys, option, value, want):
+    """The pattern takes e+N exponents and the spelling 'infinity' that float() reads; they were
+    'argument --tau: expected one argument' otherwise."""
+    _write_case(tmp_path / "case.npz")
+    code, out, err = _run(capsys, "acceptance", str(tmp_path / "case.npz"), "--kernel",
+                          "marginal" if option == "--lam" else "covariance", option, value)
+    assert (code, out, err.strip().splitlines()) == (2, "", [want])
+
+
+def _usage_error(capsys, argv):
+    with pytest.raises(SystemExit) as exc:
+        main(argv)
+    out, err = capsys.readouterr()
+    return exc.value.code, out, err
+
+
+def test_a_usage_error_is_one_line_naming_the_help_of_its_command(tmp_path, capsys):
+    code, out, err = _usage_error(capsys, ["acceptance", str(tmp_path / "c.npz"), "--kernel",
+                                           "nope"])
+    assert code == 2 and out == "" and len(err.splitlines()) == 1
+    assert err.startswith("error: rdk-theory acceptance: argument --kernel: invalid choice: "
+                          "'nope'")
+    assert err.endswith(" (see 'rdk-theory acceptance --help')\n")
+
+
+@pytest.mark.parametrize("extra, shown", [("extra\narg", "extra\\narg"),
+                                          ("extra\rarg", "extra\\rarg")])
+def test_a_usage_error_quoting_a_line_break_stays_one_line(tmp_path, capsys, extra, shown):
+    """argparse quotes unrecognized arguments as given: a line break in one is written as
+    '\\n' (or '\\r'), so that stderr is still the one line of the contract."""
+    code, out, err = _usage_error(capsys, ["acceptance", str(tmp_path / "c.npz"), extra])
+    assert (code, out) == (2, "")
+    assert err == (f"error: rdk-theory: unrecognized arguments: {shown} (see 'rdk-theory "
+                   "--help')\n")
+
+
+def test_a_carriage_return_in_a_file_name_is_written_escaped(tmp_path, capsys):
+    code, out, err = _run(capsys, "acceptance", str(tmp_path / "no\rsuch.npz"))
+    assert (code, out) == (2, "")
+    assert err == f"error: case file not found: {tmp_path}/no\\rsuch.npz\n"
+
+
+def test_no_command_names_every_command_in_help_order(capsys):
+    """The core's commands in their own order, then the plugins' by entry-point name."""
+    assert _run(capsys) == (2, "", "error: rdk-theory: a COMMAND is required, one of: "
+                                   "acceptance, sample, report, bounds, models, prove, simulate, "
+                                   "validate (see 'rdk-theory --help')\n")
+
+
+class _BrokenEntryPoint:
+    def __init__(self, name):
+        self.name = name
+
+    def load(self):  # an ImportError that is not a ModuleNotFoundError
+        raise ImportError("cannot import name 'gone' from 'somewhere'")
+
+
+@pytest.mark.parametrize("name", ["aaa", "zzz"])  # loaded first, or last (by name)
+def test_a_plugin_command_that_cannot_be_imported_is_a_warning_and_the_rest_work(
+        tmp_path, capsys, monkeypatch, name):
+    """A plugin whose optional dependencies are missing: one warning line naming it, and every
+    other command (the core's and the other plugins') still there and working."""
+    real = cli.entry_points
+    monkeypatch.setattr(cli, "entry_points",
+                        lambda group: [*real(group=group), _BrokenEntryPoint(name)])
+    _write_case(tmp_path / "case.npz")
+    want = [f"warning: command '{name}' unavailable: cannot import name 'gone' from 'somewhere'"]
+    for argv in (["acceptance", str(tmp_path / "case.npz"), "--json"],
+                 ["bounds", str(tmp_path / "case.npz"), "--json"]):
+        code, out, err = _run(capsys, *argv)
+        assert code == 0 and out.startswith("{") and err.splitlines() == want, err

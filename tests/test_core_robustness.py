@@ -1,5 +1,6 @@
 """Regressions found in review: round-off at the boundary, overflow, aliasing, CLI edge cases."""
 import json
+import os
 import warnings
 
 import numpy as np
@@ -902,3 +903,140 @@ def test_report_refuses_a_kernel_that_gives_a_non_finite_acceptance(monkeypatch)
     monkeypatch.setattr(report, "covariance_softmax_kernel", nan_at_one_tau)
     with pytest.raises(FloatingPointError, match="non-finite acceptance"):
         report.synthetic_report(n=64, contexts=8, calibration=32, keep=[1.0], seed=0)
+
+
+def _failing_load_case(monkeypatch, exc):
+    import rdk_theory.commands as commands
+
+    def fail(path):
+        raise exc
+
+    monkeypatch.setattr(commands, "load_case", fail)
+
+
+@pytest.mark.parametrize("exc, line", [
+    (OSError("the disk went away"), "error: the disk went away"),  # no errno, no file name
+    (OSError(5, "Input/output error"), "error: Input/output error"),  # errno, no file name
+    (ValueError("Maximum allowed dimension exceeded"),
+     "error: an array too large for numpy (Maximum allowed dimension exceeded): choose smaller "
+     "sizes"),
+])
+def test_more_errors_inside_a_command_exit_2_with_one_line(tmp_path, capsys, monkeypatch, exc,
+                                                           line):
+    """numpy refuses an array whose dimension it cannot index ('array is too big', its byte
+    count, is covered by tests/test_sim_cli.py); an OSError without errno or file name prints
+    its own text, not 'None', and one without a file name names none."""
+    _case(tmp_path / "c.npz")
+    _failing_load_case(monkeypatch, exc)
+    assert main(["acceptance", str(tmp_path / "c.npz")]) == 2
+    out, err = capsys.readouterr()
+    assert out == "" and err.strip().splitlines() == [line]
+
+
+def test_an_interrupt_exits_130_with_one_line(tmp_path, capsys, monkeypatch):
+    _case(tmp_path / "c.npz")
+    _failing_load_case(monkeypatch, KeyboardInterrupt())
+    try:
+        code = main(["acceptance", str(tmp_path / "c.npz")])
+    except KeyboardInterrupt:  # would stop the whole pytest session
+        pytest.fail("the interrupt left main() instead of exit status 130")
+    assert code == 130
+    assert capsys.readouterr() == ("", "error: interrupted\n")
+
+
+def test_a_bug_inside_a_command_keeps_its_traceback(tmp_path, capsys, monkeypatch):
+    """Only numpy's size refusals are bad input: any other ValueError is a bug and propagates
+    (with its traceback), as does a BrokenPipeError while stdout is not a closed pipe."""
+    _case(tmp_path / "c.npz")
+    for exc in (ValueError("operands could not be broadcast together"),
+                BrokenPipeError(32, "Broken pipe")):
+        _failing_load_case(monkeypatch, exc)
+        with pytest.raises(type(exc)):
+            main(["acceptance", str(tmp_path / "c.npz")])
+    assert capsys.readouterr() == ("", "")
+
+
+def test_an_out_folder_that_cannot_be_written_is_refused_and_removed(tmp_path, capsys,
+                                                                   monkeypatch):
+    """Simulated (the tests may run as root, who writes everywhere): write permission is
+    checked (not read permission), before the sweep, and the folders made for it are removed."""
+    import rdk_theory.report as report
+
+    def swept(**kwargs):
+        raise AssertionError("the sweep ran before --out was checked")
+
+    real_access = os.access
+    out = tmp_path / "kept" / "a" / "b"
+
+    def access(path, mode, *a, **k):
+        if os.path.abspath(path) == str(out) and mode & os.W_OK:
+            return False
+        return real_access(path, mode, *a, **k)
+
+    monkeypatch.setattr(report, "synthetic_report", swept)
+    monkeypatch.setattr(os, "access", access)
+    (tmp_path / "kept").mkdir()
+    assert main(["report", "--source", "synthetic", "--quick", "--out", str(out)]) == 2
+    assert capsys.readouterr() == ("", f"error: --out {out} is not writable\n")
+    assert [p.name for p in tmp_path.iterdir()] == ["kept"]
+    assert not any((tmp_path / "kept").iterdir())
+
+
+def test_an_interrupted_report_removes_the_folders_it_made(tmp_path, capsys, monkeypatch):
+    import rdk_theory.report as report
+
+    def interrupted(**kwargs):
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(report, "synthetic_report", interrupted)
+    (tmp_path / "kept").mkdir()
+    try:
+        code = main(["report", "--source", "synthetic", "--quick", "--out",
+                     str(tmp_path / "kept" / "a" / "b")])
+    except KeyboardInterrupt:  # would stop the whole pytest session
+        pytest.fail("the interrupt left main() instead of exit status 130")
+    assert code == 130
+    assert capsys.readouterr().err == "error: interrupted\n"
+    assert [p.name for p in tmp_path.iterdir()] == ["kept"]
+    assert not any((tmp_path / "kept").iterdir())
+
+
+@pytest.mark.parametrize("umask, mode", [(0o077, 0o600), (0o002, 0o664), (0o022, 0o644)])
+def test_replaced_output_files_follow_the_umask_and_leave_it_as_it_was(tmp_path, umask, mode):
+    from rdk_theory._outdir import write_replacing
+
+    old = os.umask(umask)
+    try:
+        write_replacing(str(tmp_path / "a.json"), lambda tmp: open(tmp, "w").write("{}"))
+        after = os.umask(old)
+    except BaseException:
+        os.umask(old)
+        raise
+    assert after == umask  # the process umask is restored
+    assert (tmp_path / "a.json").stat().st_mode & 0o777 == mode
+
+
+def test_write_replacing_replaces_a_symbolic_link_instead_of_writing_through_it(tmp_path):
+    from rdk_theory._outdir import write_replacing
+
+    (tmp_path / "elsewhere.json").write_text("THEIRS")
+    (tmp_path / "report.json").symlink_to(tmp_path / "elsewhere.json")
+    write_replacing(str(tmp_path / "report.json"), lambda tmp: open(tmp, "w").write("{}"))
+    assert not (tmp_path / "report.json").is_symlink()
+    assert (tmp_path / "report.json").read_text() == "{}"
+    assert (tmp_path / "elsewhere.json").read_text() == "THEIRS"
+
+
+def test_an_interrupted_write_leaves_the_previous_file_and_no_temporary(tmp_path):
+    from rdk_theory._outdir import write_replacing
+
+    (tmp_path / "report.json").write_text("EARLIER")
+
+    def interrupted(tmp):
+        open(tmp, "w").write("partial")
+        raise KeyboardInterrupt
+
+    with pytest.raises(KeyboardInterrupt):
+        write_replacing(str(tmp_path / "report.json"), interrupted)
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["report.json"]
+    assert (tmp_path / "report.json").read_text() == "EARLIER"

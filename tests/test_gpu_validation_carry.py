@@ -13,6 +13,7 @@ import numpy as np
 import pytest
 
 from gpu_validation import carry
+from tests.tolerances import assert_close
 
 REPO = Path(__file__).resolve().parents[1]
 KIB = 1 / 1024  # --chunk-mib value of one KiB
@@ -165,3 +166,68 @@ def test_split_refuses_a_chunk_size_that_is_not_a_positive_number(tmp_path, caps
     assert carry.main(["split", str(tmp_path / "f.bin"), str(tmp_path / "c"), "--chunk-mib",
                        mib]) == 2
     assert "--chunk-mib must be a positive number" in capsys.readouterr().err
+
+
+def _collected(seed=4):
+    from gpu_validation.collect import Collected
+
+    rng = np.random.default_rng(seed)
+
+    def laws(c, n):
+        x = np.exp(rng.standard_normal((c, n)) * 3)
+        return (x / x.sum(1, keepdims=True)).astype(np.float32)
+
+    ev = Collected(laws(300, 500), laws(300, 500), np.arange(300), np.zeros(300, int), ["a"])
+    ca = Collected(laws(40, 500), laws(40, 500), np.arange(40), np.zeros(40, int), ["b"])
+    return ev, ca
+
+
+def test_save_laws_reports_the_files_tails_and_errors(tmp_path, monkeypatch):
+    """300 positions (two chunks of the 256-row loop): the bound is checked on every one, and
+    the record's sizes, tails and largest error are those of the files written."""
+    from rdk_theory.acceptance import acceptance_rate
+
+    from gpu_validation import topk
+    from gpu_validation.harness import save_laws
+
+    ev, ca = _collected()
+    rows = []
+    orig = topk.alpha_error_bound
+    monkeypatch.setattr(topk, "alpha_error_bound", lambda pt, qt: rows.append(len(pt)) or orig(pt, qt))
+    info = save_laws(tmp_path / "laws.npz", ev, ca, 16)
+    assert rows == [256, 44]  # every evaluation position, each once
+    assert info["path"] == "laws.npz" and info["calibration_path"] == "laws_calib.npz"
+    assert info["bytes"] == (tmp_path / "laws.npz").stat().st_size + (
+        tmp_path / "laws_calib.npz").stat().st_size
+    with np.load(tmp_path / "laws.npz") as z:
+        tp, tq = z["p_tail"], z["q_tail"]
+    assert (info["tail_p_mean"], info["tail_p_max"]) == (float(tp.mean()), float(tp.max()))
+    assert (info["tail_q_mean"], info["tail_q_max"]) == (float(tq.mean()), float(tq.max()))
+    assert tp.mean() != tq.mean()
+    back = topk.load(tmp_path / "laws.npz")
+    err = np.abs(acceptance_rate(ev.p.astype(np.float64), ev.q.astype(np.float64), check=False)
+                 - acceptance_rate(back["p"], back["q"], check=False))
+    assert_close(info["alpha_abs_error_max"], err.max())
+    assert_close(info["bound_max"], orig(tp, tq).max())
+
+
+def test_one_position_over_its_bound_fails_the_check(tmp_path, monkeypatch):
+    """The check is over every position: a bound of 0 at the first position alone (whose
+    error is far above the round-off allowed) must fail it."""
+    from gpu_validation import topk
+    from gpu_validation.harness import TOPK_ROUNDOFF, save_laws
+
+    ev, ca = _collected()
+    orig = topk.alpha_error_bound
+    first = [True]
+
+    def bound(pt, qt):
+        b = np.array(orig(pt, qt), dtype=np.float64)
+        if first[0]:
+            b[0], first[0] = 0.0, False
+        return b
+
+    monkeypatch.setattr(topk, "alpha_error_bound", bound)
+    info = save_laws(tmp_path / "laws.npz", ev, ca, 16)
+    assert info["bound_holds"] is False
+    assert info["alpha_abs_error_max"] > TOPK_ROUNDOFF

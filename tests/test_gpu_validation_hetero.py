@@ -1,11 +1,15 @@
 """Heterogeneous-tokenizer maps on toy token lists (no tokenizer or model is loaded here)."""
 from __future__ import annotations
 
+import argparse
+
 import numpy as np
 import pytest
 
 from gpu_validation import hetero
+from gpu_validation.cli import add_run_arguments, config_from_args
 from rdk_theory.acceptance import oov_cap
+from rdk_theory.validation import InputError
 from tests.tolerances import FLOAT64_ATOL, assert_close
 
 # a byte-level drafter (GPT-2 style) and a SentencePiece target with byte-fallback tokens
@@ -169,3 +173,85 @@ def test_holes_and_padded_ids_match_nothing():
     assert vm.draft_to_target.tolist() == [0, -1, -1, -1]
     p = np.array([[0.1, 0.2, 0.3, 0.2, 0.2]])
     assert_close(hetero.oov_cap_by_strings(p, draft, target), [0.1])
+
+
+def _config(*argv):
+    p = argparse.ArgumentParser()
+    add_run_arguments(p)
+    return config_from_args(p.parse_args(list(argv)))
+
+
+@pytest.mark.parametrize("option", ["--kept", "--e2e-kept", "--timing-sizes"])
+@pytest.mark.parametrize("value", ["4096,0", "0"])
+def test_a_zero_size_is_refused_naming_the_option(capsys, option, value):
+    from rdk_theory.cli import main
+
+    assert main(["validate", option, value]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert err == [f"error: {option} must hold positive integers, got {value!r}"]
+
+
+def test_defaults_of_the_run_options():
+    """As --help states them: seed 0, the built-in pair, nothing fetched, timing on."""
+    from gpu_validation.harness import FULL_KEPT, RunConfig
+
+    cfg = _config()
+    assert (cfg.seed, cfg.target, cfg.drafter) == (0, "qwen2.5-coder-1.5b", "qwen2.5-coder-0.5b")
+    assert cfg.fetch_missing is False and cfg.timing is True and cfg.kept == FULL_KEPT
+    assert cfg == RunConfig()
+    cfg = _config("--fetch", "--no-timing", "--seed", "5", "--e2e-tokens", "7",
+                  "--timing-sizes", "4096,1024,4096")
+    assert cfg.fetch_missing is True and cfg.timing is False and cfg.seed == 5
+    assert cfg.e2e_tokens == 7 and cfg.timing_sizes == (4096, 1024)
+
+
+def test_quick_sets_the_quick_run_and_options_still_override_it():
+    from gpu_validation.harness import RunConfig
+
+    assert _config("--quick") == RunConfig.quick()
+    cfg = _config("--quick", "--steps", "30", "--positions", "12")
+    assert cfg.n_steps == 30 and cfg.max_positions == 12 and cfg.kept == RunConfig.quick().kept
+
+
+def test_sizes_keep_the_order_given_and_drop_repeats():
+    """Each list is read in the order given, a repeat once (the study's rows follow --kept)."""
+    cfg = _config("--kept", "512,8192,512", "--timing-sizes", "1024,4096,1024",
+                  "--e2e-kept", "512,8192")
+    assert cfg.kept == (512, 8192) and cfg.timing_sizes == (1024, 4096)
+    assert cfg.e2e_kept == (512, 8192)
+
+
+def test_e2e_kept_overrides_the_sizes_kept_implies():
+    cfg = _config("--kept", "8192,2048,512", "--e2e-kept", "2048")
+    assert cfg.kept == (8192, 2048, 512) and cfg.e2e_kept == (2048,)
+    cfg = _config("--e2e-kept", "512", "--kept", "8192,512")  # the order given does not matter
+    assert cfg.e2e_kept == (512,)
+
+
+def test_sizes_up_to_the_builtin_drafters_vocabulary_are_accepted_and_beyond_refused():
+    """K = 151,936 keeps every id of qwen2.5-coder-0.5b: allowed. One more, in --kept or in
+    --e2e-kept alone, is refused before any model loads, naming the option that holds it
+    (an --e2e-kept size was reported as '--kept', an option the user never gave)."""
+    assert _config("--kept", "151936").kept == (151936,)
+    for opt, argv in (("--kept", ("--kept", "151937")),
+                      ("--e2e-kept", ("--kept", "4096", "--e2e-kept", "151937"))):
+        with pytest.raises(InputError, match=rf"^{opt} 151937 exceeds the vocabulary of "
+                                             r"qwen2.5-coder-0.5b \(151,936 tokens\)$"):
+            _config(*argv)
+
+
+def test_hetero_reads_a_comma_separated_drafter_list(monkeypatch, tmp_path, capsys):
+    """'--drafter a,b,' names two drafters (an empty name is no drafter); each is checked
+    before the study, which gets them in order."""
+    from gpu_validation import cli, hetero
+    from rdk_theory.cli import main
+
+    checked, ran = [], []
+    monkeypatch.setattr(cli, "check_spec", lambda spec, fetch_missing: checked.append(spec))
+    monkeypatch.setattr(hetero, "run", lambda target, drafters, **kw: ran.append(
+        (target, drafters, kw["out"])) or {})
+    monkeypatch.setattr(hetero, "summary_lines", lambda report: ["table"])
+    out = str(tmp_path / "h")
+    assert main(["validate", "--hetero", "--target", "t", "--drafter", "a,b,", "--out", out]) == 0
+    assert checked == ["t", "a", "b"] and ran == [("t", ("a", "b"), out)]
+    assert capsys.readouterr().out == f"table\nwrote {out}/hetero.json\n"

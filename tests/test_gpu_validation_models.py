@@ -3,7 +3,9 @@ from __future__ import annotations
 
 import hashlib
 import re
+from types import SimpleNamespace
 
+import numpy as np
 import pytest
 
 from gpu_validation import models
@@ -207,3 +209,120 @@ def test_fetch_load_loads_only_when_the_bf16_copy_is_missing(monkeypatch, capsys
     assert main(["models", "fetch", "--load", "smollm2-135m"]) == 0
     assert loaded == ([] if cached else ["smollm2-135m"])
     assert ("bf16 copy present" in capsys.readouterr().out) == cached
+
+
+@pytest.fixture
+def calls(monkeypatch):
+    seen = {"fetch": [], "load": []}
+    monkeypatch.setattr(models, "fetch", lambda name, **kw: seen["fetch"].append(name))
+    monkeypatch.setattr(models, "load", lambda name, **kw: seen["load"].append(name))
+    return seen
+
+
+def test_fetch_defaults_to_the_pair_and_all_means_every_model(calls, capsys):
+    from rdk_theory.cli import main
+
+    assert main(["models", "fetch"]) == 0
+    assert calls["fetch"] == [DEFAULT_TARGET, DEFAULT_DRAFTER] and calls["load"] == []
+    calls["fetch"].clear()
+    assert main(["models", "fetch", "all"]) == 0
+    assert calls["fetch"] == list(REGISTRY) and len(REGISTRY) > 2
+
+
+def test_report_source_is_none_when_only_one_of_the_pair_is_fetched(monkeypatch):
+    """Both models are needed: a fetched target with an unfetched drafter (or the reverse) is
+    the synthetic fallback, not a run that would try to load the missing one."""
+    from gpu_validation.report_source import real_pair_report
+
+    for fetched in (DEFAULT_TARGET, DEFAULT_DRAFTER):
+        monkeypatch.setattr(models, "is_fetched", lambda m, f=fetched: m.name == f)
+        assert real_pair_report(SimpleNamespace(quick=True, seed=0)) is None
+
+
+@pytest.fixture
+def stubbed_pair(monkeypatch):
+    """A fetched pair whose teacher-forced laws are random (``n_eval`` positions over a
+    40-token vocabulary), and a study that records its call: ``calls`` holds the RunConfig
+    collect_pair got, the calibration_stats rank and the study's arguments."""
+    from gpu_validation import collect, harness, study
+
+    calls = {}
+    rng = np.random.default_rng(0)
+    vocab, n_cal = 40, 80
+
+    def pair(n_eval):
+        ev = SimpleNamespace(p=rng.dirichlet(np.ones(vocab), size=n_eval),
+                             q=rng.dirichlet(np.ones(vocab), size=n_eval))
+        ca = SimpleNamespace(p=rng.dirichlet(np.ones(vocab), size=n_cal),
+                             q=rng.dirichlet(np.ones(vocab), size=n_cal))
+        info = {"dtype": "float32", "name": "stub"}
+
+        def collect_pair(cfg, log):
+            calls["cfg"] = cfg
+            return SimpleNamespace(info=info), SimpleNamespace(info=info), ev, ca, np.arange(vocab)
+
+        monkeypatch.setattr(harness, "collect_pair", collect_pair)
+        return ev, ca
+
+    real_stats = collect.calibration_stats
+
+    def calibration_stats(p, rank=None):
+        calls["rank"] = rank
+        return real_stats(p, rank=rank)
+
+    def acceptance_study(p, q, counts, kept, **kw):
+        calls["study"] = dict(p=p, q=q, counts=counts, kept=list(kept), **kw)
+        rows = [{"kept": k, "oov_cap": np.array([1 + 6e-15, 1.0]), "vanilla": 0.5, "tli": 0.6,
+                 "rdk_exact": None, "rdk_first_order": 0.7, "marginal": 0.65} for k in kept]
+        taus = {str(k): {"tau": 0.1, "calibration_alpha_by_tau": [0.1, 0.2]} for k in kept}
+        return {"rows": rows, "taus": taus}
+
+    monkeypatch.setattr(models, "is_fetched", lambda m: True)
+    monkeypatch.setattr(collect, "calibration_stats", calibration_stats)
+    monkeypatch.setattr(study, "acceptance_study", acceptance_study)
+    return pair, calls
+
+
+@pytest.mark.parametrize("quick, n_eval, positions, exact_max", [
+    (True, 600, 128, 16384), (False, 600, 512, 40000), (False, 100, 100, 40000)])
+def test_report_source_runs_the_study_on_spread_positions_of_the_cached_pair(
+        stubbed_pair, quick, n_eval, positions, exact_max):
+    """The pair is loaded from the cache only (never fetched by 'report'), the study sees
+    ``min(n, 128 | 512)`` evaluation positions spread over all of them (first and last
+    included), the kept sizes of --keep over the pair's vocabulary, the run's seed, the
+    calibration factor of RunConfig's rank, and the calibration laws of both models."""
+    from gpu_validation.harness import RunConfig
+    from gpu_validation.report_source import real_pair_report
+
+    pair, calls = stubbed_pair
+    ev, ca = pair(n_eval)
+    rep = real_pair_report(SimpleNamespace(quick=quick, seed=7, keep_fractions=[1.0, 0.5, 0.1]))
+    assert calls["cfg"].fetch_missing is False
+    assert calls["rank"] == RunConfig().calib_rank
+    st = calls["study"]
+    sel = np.linspace(0, n_eval - 1, positions).round().astype(int)
+    assert sel[0] == 0 and sel[-1] == n_eval - 1
+    assert np.array_equal(st["p"], ev.p[sel]) and np.array_equal(st["q"], ev.q[sel])
+    assert st["p_cal"] is ca.p and st["q_cal"] is ca.q and st["n_steps"] == 0
+    assert st["kept"] == [40, 20, 4] and st["exact_max_kept"] == exact_max
+    assert st["rng"].random() == np.random.default_rng(7).random()
+    assert rep["meta"]["positions"] == positions and f"({positions} positions)" in rep["title"]
+    assert rep["keep_fractions"] == [1.0, 0.5, 0.1]
+    assert [r["keep_fraction"] for r in rep["rows"]] == [1.0, 0.5, 0.1]
+    assert [r["kept"] for r in rep["rows"]] == [40, 20, 4]
+    for row in rep["rows"]:
+        assert row["oov_cap"] == 1.0  # capped: a keep-all mean is 1 + round-off
+        assert "rdk_exact" not in row  # a sampler the study skipped is absent, not None
+        assert row["tli"] == 0.6 and row["rdk_first_order"] == 0.7
+    assert rep["meta"]["taus"] == {str(k): {"tau": 0.1} for k in (40, 20, 4)}
+
+
+def test_report_source_defaults_to_its_own_keep_fractions(stubbed_pair):
+    from gpu_validation.report_source import DEFAULT_KEEP, real_pair_report
+
+    pair, calls = stubbed_pair
+    pair(50)
+    rep = real_pair_report(SimpleNamespace(quick=True))
+    assert rep["keep_fractions"] == list(DEFAULT_KEEP) == [1.0, 0.5, 0.25, 0.1, 0.05]
+    assert calls["study"]["kept"] == [40, 20, 10, 4, 2]
+    assert calls["study"]["rng"].random() == np.random.default_rng(0).random()
