@@ -546,26 +546,38 @@ def test_a_file_error_inside_a_command_exits_2_with_one_line(tmp_path, capsys, m
     assert err == [f"error: file not found: {tmp_path / 'c.npz'}"]
 
 
-@pytest.mark.parametrize("exc, line", [
-    (MemoryError("Unable to allocate 21.8 TiB"),
-     "error: out of memory (Unable to allocate 21.8 TiB): choose smaller sizes"),
-    (MemoryError(), "error: out of memory (no detail): choose smaller sizes"),
-    (PermissionError(13, "Permission denied", "/no/write"), "error: Permission denied: /no/write"),
-])
-def test_memory_and_os_errors_inside_a_command_exit_2_with_one_line(tmp_path, capsys,
-                                                                     monkeypatch, exc, line):
-    """Sizes the options allow but the machine cannot hold (simulate speedup --mc 10**12
-    asks numpy for 21.8 TiB), or a folder the run cannot write: one line, no traceback."""
+def _failing_load_case(monkeypatch, exc):
     import rdk_theory.commands as commands
-
-    _case(tmp_path / "c.npz")
 
     def fail(path):
         raise exc
 
     monkeypatch.setattr(commands, "load_case", fail)
+
+
+@pytest.mark.parametrize("exc, line", [
+    (MemoryError("Unable to allocate 21.8 TiB"),
+     "error: out of memory (Unable to allocate 21.8 TiB): choose smaller sizes"),
+    (MemoryError(), "error: out of memory (no detail): choose smaller sizes"),
+    (PermissionError(13, "Permission denied", "/no/write"), "error: Permission denied: /no/write"),
+    (OSError("the disk went away"), "error: the disk went away"),  # no errno, no file name
+    (OSError(5, "Input/output error"), "error: Input/output error"),  # errno, no file name
+    (ValueError("Maximum allowed dimension exceeded"),
+     "error: an array too large for numpy (Maximum allowed dimension exceeded): choose smaller "
+     "sizes"),
+])
+def test_memory_and_os_errors_inside_a_command_exit_2_with_one_line(tmp_path, capsys,
+                                                                     monkeypatch, exc, line):
+    """Sizes the options allow but the machine cannot hold (simulate speedup --mc 10**12
+    asks numpy for 21.8 TiB; numpy's refusal of a dimension it cannot index, while 'array is
+    too big', its byte count, is covered by tests/test_sim_cli.py), or a folder the run cannot
+    write: one line, no traceback. An OSError without errno or file name prints its own text,
+    not 'None', and one without a file name names none."""
+    _case(tmp_path / "c.npz")
+    _failing_load_case(monkeypatch, exc)
     assert main(["acceptance", str(tmp_path / "c.npz")]) == 2
-    assert capsys.readouterr().err.strip().splitlines() == [line]
+    out, err = capsys.readouterr()
+    assert out == "" and err.strip().splitlines() == [line]
 
 
 def test_report_out_under_a_file_exits_2_with_one_line(tmp_path, capsys, monkeypatch):
@@ -903,34 +915,6 @@ def test_report_refuses_a_kernel_that_gives_a_non_finite_acceptance(monkeypatch)
     monkeypatch.setattr(report, "covariance_softmax_kernel", nan_at_one_tau)
     with pytest.raises(FloatingPointError, match="non-finite acceptance"):
         report.synthetic_report(n=64, contexts=8, calibration=32, keep=[1.0], seed=0)
-
-
-def _failing_load_case(monkeypatch, exc):
-    import rdk_theory.commands as commands
-
-    def fail(path):
-        raise exc
-
-    monkeypatch.setattr(commands, "load_case", fail)
-
-
-@pytest.mark.parametrize("exc, line", [
-    (OSError("the disk went away"), "error: the disk went away"),  # no errno, no file name
-    (OSError(5, "Input/output error"), "error: Input/output error"),  # errno, no file name
-    (ValueError("Maximum allowed dimension exceeded"),
-     "error: an array too large for numpy (Maximum allowed dimension exceeded): choose smaller "
-     "sizes"),
-])
-def test_more_errors_inside_a_command_exit_2_with_one_line(tmp_path, capsys, monkeypatch, exc,
-                                                           line):
-    """numpy refuses an array whose dimension it cannot index ('array is too big', its byte
-    count, is covered by tests/test_sim_cli.py); an OSError without errno or file name prints
-    its own text, not 'None', and one without a file name names none."""
-    _case(tmp_path / "c.npz")
-    _failing_load_case(monkeypatch, exc)
-    assert main(["acceptance", str(tmp_path / "c.npz")]) == 2
-    out, err = capsys.readouterr()
-    assert out == "" and err.strip().splitlines() == [line]
 
 
 def test_an_interrupt_exits_130_with_one_line(tmp_path, capsys, monkeypatch):

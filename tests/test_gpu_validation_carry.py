@@ -117,12 +117,12 @@ def test_recipe_stash_then_run_refuses_a_corrupted_model(tmp_path):
     assert not (tmp_path / "out" / "report.json").exists()
 
 
-def test_save_laws_checks_the_topk_bound(tmp_path):
-    from gpu_validation import topk
+def _collected(seed=4):
+    """Evaluation (300 positions) and calibration (40) laws over 500 tokens, sharp enough
+    that a top-16 file has a visible tail."""
     from gpu_validation.collect import Collected
-    from gpu_validation.harness import save_laws
 
-    rng = np.random.default_rng(4)
+    rng = np.random.default_rng(seed)
 
     def laws(c, n):
         x = np.exp(rng.standard_normal((c, n)) * 3)
@@ -130,6 +130,14 @@ def test_save_laws_checks_the_topk_bound(tmp_path):
 
     ev = Collected(laws(300, 500), laws(300, 500), np.arange(300), np.zeros(300, int), ["a"])
     ca = Collected(laws(40, 500), laws(40, 500), np.arange(40), np.zeros(40, int), ["b"])
+    return ev, ca
+
+
+def test_save_laws_checks_the_topk_bound(tmp_path):
+    from gpu_validation import topk
+    from gpu_validation.harness import save_laws
+
+    ev, ca = _collected()
     info = save_laws(tmp_path / "laws.npz", ev, ca, 16)
     assert info["bound_holds"] and info["k"] == 16
     assert 0 < info["alpha_abs_error_max"] <= info["bound_max"]
@@ -166,20 +174,6 @@ def test_split_refuses_a_chunk_size_that_is_not_a_positive_number(tmp_path, caps
     assert carry.main(["split", str(tmp_path / "f.bin"), str(tmp_path / "c"), "--chunk-mib",
                        mib]) == 2
     assert "--chunk-mib must be a positive number" in capsys.readouterr().err
-
-
-def _collected(seed=4):
-    from gpu_validation.collect import Collected
-
-    rng = np.random.default_rng(seed)
-
-    def laws(c, n):
-        x = np.exp(rng.standard_normal((c, n)) * 3)
-        return (x / x.sum(1, keepdims=True)).astype(np.float32)
-
-    ev = Collected(laws(300, 500), laws(300, 500), np.arange(300), np.zeros(300, int), ["a"])
-    ca = Collected(laws(40, 500), laws(40, 500), np.arange(40), np.zeros(40, int), ["b"])
-    return ev, ca
 
 
 def test_save_laws_reports_the_files_tails_and_errors(tmp_path, monkeypatch):

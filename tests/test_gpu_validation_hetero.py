@@ -129,17 +129,17 @@ def test_cuda_without_a_gpu_is_a_one_line_error_for_both_studies(capsys):
         assert err.startswith("error: --device cuda") and "Traceback" not in err
 
 
-def test_kept_sizes_set_the_end_to_end_sizes():
-    import argparse
-
-    from gpu_validation.cli import add_run_arguments, config_from_args
-
+def _config(*argv):
+    """The RunConfig ``rdk-theory validate`` builds from ``argv`` (no model is loaded)."""
     p = argparse.ArgumentParser()
     add_run_arguments(p)
-    cfg = config_from_args(p.parse_args(["--kept", "8192,2048,512", "--topk", "32",
-                                         "--target", "smollm2-135m"]))
+    return config_from_args(p.parse_args(list(argv)))
+
+
+def test_kept_sizes_set_the_end_to_end_sizes():
+    cfg = _config("--kept", "8192,2048,512", "--topk", "32", "--target", "smollm2-135m")
     assert cfg.e2e_kept == (8192, 512) and cfg.topk == 32 and cfg.target == "smollm2-135m"
-    cfg = config_from_args(p.parse_args([]))
+    cfg = _config()
     assert cfg.target == "qwen2.5-coder-1.5b" and cfg.topk is None
 
 
@@ -173,12 +173,6 @@ def test_holes_and_padded_ids_match_nothing():
     assert vm.draft_to_target.tolist() == [0, -1, -1, -1]
     p = np.array([[0.1, 0.2, 0.3, 0.2, 0.2]])
     assert_close(hetero.oov_cap_by_strings(p, draft, target), [0.1])
-
-
-def _config(*argv):
-    p = argparse.ArgumentParser()
-    add_run_arguments(p)
-    return config_from_args(p.parse_args(list(argv)))
 
 
 @pytest.mark.parametrize("option", ["--kept", "--e2e-kept", "--timing-sizes"])

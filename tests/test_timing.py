@@ -9,6 +9,13 @@ from rdk_theory._timing import cache_evictor, median_times
 from tests.tolerances import assert_close
 
 
+def _fake_clock(monkeypatch):
+    """``time.perf_counter`` reads ``clock[0]``, which only the test advances (no wall time)."""
+    clock = [0.0]
+    monkeypatch.setattr(time, "perf_counter", lambda: clock[0])
+    return clock
+
+
 def test_median_times_is_round_robin_after_one_warm_up_each():
     calls = []
     fns = {k: (lambda k=k: calls.append(k)) for k in "abc"}
@@ -24,8 +31,7 @@ def test_median_times_is_round_robin_after_one_warm_up_each():
 def test_before_runs_ahead_of_every_timed_run_and_outside_the_timing(monkeypatch):
     """A fake clock (no wall time): each run advances it by 1 s ('a') or 2 s ('b'), 'before'
     by 1000 s; the medians must be exactly 1 and 2, so 'before' is outside the interval."""
-    clock = [0.0]
-    monkeypatch.setattr(time, "perf_counter", lambda: clock[0])
+    clock = _fake_clock(monkeypatch)
 
     def tick(dt, name):
         calls.append(name)
@@ -42,8 +48,7 @@ def test_warm_each_runs_each_function_untimed_right_before_its_timed_run(monkeyp
     """The hot regime: 'b' runs once untimed right before each timed 'b' (after 'before'), so
     an 'a' that evicts b's data cannot make b's timed run a cold one; the untimed runs are not
     in the times (fake clock: 'a' 1 s, 'b' 2 s)."""
-    clock = [0.0]
-    monkeypatch.setattr(time, "perf_counter", lambda: clock[0])
+    clock = _fake_clock(monkeypatch)
     calls = []
 
     def tick(dt, name):
@@ -257,12 +262,6 @@ def test_sweep_defaults_per_device(monkeypatch, device):
     assert built["dense"] == [n for n in sizes if n <= dense_max]
     assert syncs == [sync if device == "cuda" else None] * (2 * len(sizes))
     assert out["device"] == device and out["calib_rows"] == 64 and out["repeats"] == 5
-
-
-def _fake_clock(monkeypatch):
-    clock = [0.0]
-    monkeypatch.setattr(time, "perf_counter", lambda: clock[0])
-    return clock
 
 
 def test_each_function_gets_the_median_of_its_runs(monkeypatch):
