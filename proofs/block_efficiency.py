@@ -121,9 +121,7 @@ def _symbolic() -> Steps:
 
 
 def _body(out):
-    steps = _symbolic()
-    if not steps.ok:
-        out.fail(steps.counterexample())
+    out.require_steps(_symbolic())
     out.methods.append(f"sympy: P(N = k) = T_k - T_(k+1) with T_k = prod_(t<=k) alpha_t, and summation by "
                        f"parts sum_(k<=g) (k+1)(T_k - T_(k+1)) = sum_(k<=g) T_k - (g+1) T_(g+1) by induction "
                        f"on a symbolic g, so E[N+1] = sum_(k<=gamma) T_k for every gamma; E[N+1] from the "

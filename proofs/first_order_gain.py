@@ -85,9 +85,7 @@ def right_derivative(p, q_prime, k_matrix):
 
 
 def _body(out):
-    steps = _symbolic()
-    if not steps.ok:
-        out.fail(steps.counterexample())
+    out.require_steps(_symbolic())
     out.methods.append("sympy: difference quotient of min(p, c + lambda d) for lambda below the term's first kink, in the "
                        "cases c < p, c > p, c = p split on the sign of d; concavity of min in every ordering")
     n, d, kd = GRID["n"], GRID["d"], GRID["kernel_d"]

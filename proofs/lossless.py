@@ -74,8 +74,7 @@ def _symbolic() -> Steps:
 
 def _body(out):
     steps = _symbolic()
-    if not steps.ok:
-        out.fail(steps.counterexample())
+    out.require_steps(steps)
     out.methods.append("sympy: two-case split of min gives min(a,b) + (a-b)^+ = a; by it and "
                        "linearity, over a symbolic vocabulary, the residual's normaliser "
                        "sum (p-r)^+ is sum p - alpha, which is 1 - alpha given sum p = 1 (and "

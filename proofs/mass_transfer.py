@@ -46,9 +46,7 @@ def _symbolic() -> Steps:
 
 
 def _body(out):
-    steps = _symbolic()
-    if not steps.ok:
-        out.fail(steps.counterexample())
+    out.require_steps(_symbolic())
     out.methods.append("sympy: per-token identities for i (unchanged) and j (gain min(delta, p_j - r_j)) "
                        "in every ordering allowed by the hypotheses")
     n, d = GRID["n"], GRID["d"]

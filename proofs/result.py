@@ -93,6 +93,12 @@ class Outcome:
         if self.counterexample is None:
             self.counterexample = example
 
+    def require_steps(self, steps) -> None:
+        """Fail with the names of the symbolic steps (a :class:`proofs.symbolic.Steps`) that
+        sympy could not establish, if any."""
+        if not steps.ok:
+            self.fail(steps.counterexample())
+
     def refute(self, example) -> None:
         if self.negative is None:
             self.negative = example

@@ -42,9 +42,7 @@ def _symbolic() -> Steps:
 
 
 def _body(out):
-    steps = _symbolic()
-    if not steps.ok:
-        out.fail(steps.counterexample())
+    out.require_steps(_symbolic())
     out.methods.append("sympy: q/s - q >= 0 for every s = 1/(1+u) in (0, 1] (it is q u), and "
                        "min(p, b) >= min(p, a) for a <= b in every ordering of p, a, b")
     n_max, d = GRID["n_max"], GRID["d"]
