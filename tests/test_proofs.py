@@ -440,6 +440,31 @@ def test_a_symbolic_step_that_does_not_hold_fails_the_check(sid, monkeypatch):
                                   "steps": [SYMBOLIC_STEPS[sid][1]]}
 
 
+#: The steps that are negative controls: each holds because sympy shows an identity *fails*
+#: without its premise.
+NEGATIVE_CONTROL_STEPS = {"normaliser != 1 - alpha without sum p = 1", "branches != p without sum p = 1"}
+
+
+@pytest.mark.parametrize("verdict", ["nothing", "everything"])
+@pytest.mark.parametrize("sid", list(SYMBOLIC_STEPS))
+def test_every_symbolic_step_rests_on_sympy_verdict(sid, verdict, monkeypatch):
+    """Each step's verdict comes from sympy, so none can hold by fiat: when ``sympy.simplify``
+    and ``sympy.expand`` return an undecidable symbol ('nothing' is established), every step
+    fails except the negative controls; when they return 0 ('everything' is), exactly the
+    negative controls fail. A step whose check was replaced by a constant (``True``, or an
+    expression sympy never sees) keeps its verdict under one of the two and fails this test."""
+    import sympy
+
+    answer = sympy.Symbol("undecided") if verdict == "nothing" else sympy.Integer(0)
+    monkeypatch.setattr(sympy, "simplify", lambda *args, **kwargs: answer)
+    monkeypatch.setattr(sympy, "expand", lambda *args, **kwargs: answer)
+    steps = module(sid)._symbolic()
+    assert list(steps.results) == SYMBOLIC_STEPS[sid]
+    nothing_holds = verdict == "nothing"
+    assert steps.failed == [name for name in SYMBOLIC_STEPS[sid]
+                            if (name in NEGATIVE_CONTROL_STEPS) != nothing_holds]
+
+
 def test_the_step_record_holds_only_when_every_recorded_step_holds():
     from proofs.symbolic import Steps
 
