@@ -13,7 +13,7 @@ import pytest
 import rdk_theory as rt
 from rdk_theory import _blocked, _fused
 from tests.test_core_fused import _case as fused_case
-from tests.tolerances import FLOAT32_ATOL, FLOAT64_RTOL, assert_close, assert_leq
+from tests.tolerances import FLOAT32_ATOL, FLOAT64_ATOL, FLOAT64_RTOL, assert_close, assert_leq
 
 pytestmark = pytest.mark.skipif(not _fused.available(), reason="numba not installed (extra 'fast')")
 
@@ -114,6 +114,39 @@ def test_float32_error_bound_holds_when_q_underflows(scale):
     got = blas.transport(tiny)
     assert_leq(np.abs(got - exact), _blocked.float32_error_bound(tiny, left, right)
                + FLOAT64_RTOL * np.abs(exact), slack=0.0)
+
+
+def test_float32_error_bound_covers_the_rounding_of_q_prime():
+    """Mutation pass: the bound's unit roundoff is float32's 2^-24. With one-entry matrices
+    that make ``q'' = q'`` (S = N = 1, ``C v`` row 1, ``1 / Z`` row 0, coef 0), the float32
+    engine's whole error is the rounding of ``q' = 1/2 + 2^-25``, halfway between two float32
+    numbers (ties to even: 1/2, an error of 2^-25); the bound must cover it (built on 2^-30
+    it did not)."""
+    left = np.array([[1.0], [0.0], [1.0]])  # [C / Z ; 1 / Z ; 1]
+    right = np.array([[1.0], [0.0]])  # [C / tau ; 1]
+    arrays = (left.astype(np.float32), right.astype(np.float32), np.zeros(1))
+    q = np.array([[0.5 + 2.0 ** -25]])
+    got, _ = _blocked.first_order(q, None, arrays)
+    assert np.abs(got - q).item() == 2.0 ** -25  # the rounding of q' really happened
+    assert_leq(np.abs(got - q), _blocked.float32_error_bound(q, left[:-1], right), slack=0.0)
+
+
+def test_a_negative_entry_smaller_than_round_off_is_still_clipped():
+    """Mutation pass: a proposal is a law, so any negative entry is clipped, however small.
+    One factor row ``[1, -(1 + 1e-12), 1e-12]`` at tau = 1 puts -2.7e-13 on token 1 for
+    ``q' = e_0`` (below the suite's float64 tolerance); the blas engine must return exactly 0
+    there and renormalise, as the numpy engine does (a threshold ``low < -1e-12`` did not)."""
+    factor = np.array([[1.0, -(1 + 1e-12), 1e-12]])
+    ref, blas = (rt.FirstOrderCovarianceKernel.from_factor(factor, 1.0, engine=e)
+                 for e in ("numpy", "blas"))
+    q = np.array([[1.0, 0.0, 0.0], [0.5, 0.5, 0.0]])
+    p = np.array([0.2, 0.3, 0.5])
+    assert -FLOAT64_ATOL < ref.transport_unclipped(q)[0, 1] < 0
+    got, alpha = blas.transport_with_acceptance(q, p)
+    assert got[0, 1] == 0.0 and got.min() >= 0
+    assert_close(got, ref.transport(q))
+    assert_close(got.sum(axis=-1), 1.0)
+    assert_close(alpha, rt.acceptance_rate(p, ref.transport(q)))
 
 
 def test_float32_products_with_clipped_rows():

@@ -178,6 +178,17 @@ def test_map_sizes_and_maps_are_checked_where_they_are_passed():
     assert rt.VocabMap.identity(np.int32(3)) == rt.VocabMap(3, np.arange(3))
 
 
+def test_proposals_refuse_draft_rows_whose_width_is_not_the_maps():
+    """Mutation pass: a draft row of 5 or 3 entries against a map of 4 drafter tokens must be
+    an InputError naming the map's size; without the check the builders scattered a truncated
+    or padded row and returned a plausible proposal."""
+    vm = rt.VocabMap(5, [0, 1, 2, -1])
+    for q in (np.full(5, 0.2), np.array([0.5, 0.5, 0.0])):
+        for build in (rt.vanilla_proposal, rt.tli_proposal, rt.build_proposals):
+            with pytest.raises(rt.InputError, match="draft_to_target has 4 entries"):
+                build(q, vm)
+
+
 @pytest.mark.parametrize("ids", [{0}, frozenset({0}), np.array([0]), range(1), [0],
                                  {0: "<s>"}.keys(), (i for i in [0]), "torch"])
 def test_special_ids_may_be_any_iterable_of_ints(ids):

@@ -224,6 +224,15 @@ def test_optimal_acceptance_lp_adds_no_atom_for_round_off(monkeypatch):
     assert seen == [7]
 
 
+def test_psi_refuses_an_empty_token_from_a_drafter_function():
+    """Mutation pass: a drafter function (not :func:`unigram_drafter`, which checks its table)
+    offering the empty string must get an InputError; without the check the recursion of
+    :func:`prefix_probability` never shortened the string (a RecursionError)."""
+    drafter = lambda prefix: {"": Fraction(1, 2), "a": Fraction(1, 2)}  # noqa: E731
+    with pytest.raises(InputError, match="drafter tokens must be non-empty strings"):
+        psi(["a"], drafter)
+
+
 def test_slem_acceptance_clips_psi_to_one():
     """Mutation pass: psi within the input tolerance above 1 (1 + 5e-5) must count as 1, or
     the acceptance exceeds 1 (1.00005)."""
