@@ -206,3 +206,22 @@ def test_rows_that_underflow_keep_their_seeded_redraws():
     want[under] = softmax(log_g)
     got = synthetic.dirichlet(np.random.default_rng(5), n, a, size=size)
     assert np.allclose(got, want, rtol=0, atol=1e-12)
+
+
+def test_sparse_topk_allows_k_equal_to_n():
+    """k = n is in [1, n]: a law with every entry non-zero (and k = n + 1 is refused)."""
+    s = synthetic.sparse_topk(np.random.default_rng(3), 5, 5, size=2)
+    assert np.all(s > 0) and s.shape == (2, 5)
+    assert_close(s.sum(-1), 1.0)
+    with pytest.raises(rt.InputError, match="k must be in"):
+        synthetic.sparse_topk(np.random.default_rng(3), 5, 6)
+
+
+def test_adversarial_pairs_are_laws_for_odd_n():
+    """Every named pair is two distributions for odd n too (the halves have unequal sizes):
+    each sums to 1, and the disjoint-support pair still has acceptance 0."""
+    pairs = synthetic.adversarial_pairs(5)
+    for name, (p, q) in pairs.items():
+        assert_close([p.sum(), q.sum()], [1.0, 1.0], err_msg=name)
+    p, q = pairs["disjoint_supports"]
+    assert float(rt.acceptance_rate(p, q)) == 0.0

@@ -258,6 +258,14 @@ def test_token_lists_that_are_not_id_ordered_strings_are_refused(tokens, message
         rt.VocabMap.from_token_strings(tokens, ["a", "b"], normalise="none")
 
 
+def test_keep_most_frequent_ranks_float_counts_largest_first():
+    """Fractional counts (e.g. smoothed frequencies) keep the largest too, ties to the lower
+    id: the float branch's key had its sign flipped and nothing but a loose report bound saw."""
+    assert rt.keep_most_frequent([0.5, 2.5, 1.5, 2.5, 0.25], 2).tolist() == [1, 3]
+    assert rt.keep_most_frequent(np.array([0.5, 2.5, 1.5, 2.5, 0.25]), 3).tolist() == [1, 2, 3]
+    assert rt.keep_most_frequent([1.5, 0.0, 1.5], 1).tolist() == [0]
+
+
 def test_keep_most_frequent_ranks_integer_counts_exactly():
     """Counts above 2^53 differ by one: float64 tied them and kept the lower id."""
     assert rt.keep_most_frequent(np.array([2**53, 2**53 + 1]), 1).tolist() == [1]

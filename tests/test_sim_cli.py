@@ -6,6 +6,7 @@ import json
 import pytest
 
 from rdk_theory.cli import main
+from tests.tolerances import FLOAT64_RTOL
 
 
 def _run(capsys, *argv):
@@ -203,3 +204,112 @@ def test_a_figure_that_fails_at_the_end_loses_the_figure_not_the_results(capsys,
                         str(tmp_path / "x.png"))
     assert rc == 2 and "No space left on device" in err
     assert json.loads(out)["rows"]
+
+
+def test_block_gamma_above_six_is_refused_before_any_enumeration(capsys, monkeypatch):
+    """--gamma is 0..6: 7 is exit 2 before a toy pair is even built (toy_pair patched to fail
+    loudly, so that an accepted 7 does not start an exponential enumeration)."""
+    from simulators import toy_lm
+
+    def built(*a, **k):
+        raise AssertionError("--gamma 7 was accepted: the run started")
+
+    monkeypatch.setattr(toy_lm, "toy_pair", built)
+    rc, out, err = _run(capsys, "block", "--gamma", "7")
+    assert rc == 2 and out == "" and err.startswith("error: --gamma must be in 0..6")
+
+
+def test_block_exits_1_when_a_sampler_is_not_lossless(capsys, monkeypatch):
+    """Negative control of the exit status: a lossless check that fails (is_lossless patched to
+    report a difference of 1/7) is exit 1, the row says NO and the JSON lossless false."""
+    from fractions import Fraction
+
+    from simulators import sequence
+
+    monkeypatch.setattr(sequence, "is_lossless", lambda *a, **k: (False, Fraction(1, 7)))
+    rc, out, _ = _run(capsys, "block", "--pair", "same", "--sampler", "tli", "--gamma", "1")
+    assert rc == 1 and " NO " in out
+    rc, out, _ = _run(capsys, "block", "--pair", "same", "--sampler", "tli", "--gamma", "1", "--json")
+    row = json.loads(out)["results"][0]
+    assert rc == 1 and row["lossless"] is False and row["max_law_difference"] == 1 / 7
+
+
+def test_speedup_monte_carlo_speedup_divides_by_the_iteration_cost(capsys):
+    """The Monte Carlo speedup and its interval are tokens per call over gamma c + 1, the cost
+    of one iteration at the best gamma (the same cost as the exact speedup)."""
+    rc, out, _ = _run(capsys, "speedup", "--alpha", "0.8", "--c", "0.2", "--mc", "200", "--json")
+    row = json.loads(out)["rows"][0]
+    cost = row["best_gamma"] * 0.2 + 1
+    assert rc == 0 and row["best_gamma"] > 0
+    assert row["mc"]["speedup"] == pytest.approx(row["mc"]["tokens_per_call"] / cost, rel=FLOAT64_RTOL)
+    assert row["mc"]["speedup_ci999"] == pytest.approx([x / cost for x in row["mc"]["ci999"]],
+                                                       rel=FLOAT64_RTOL)
+    assert row["speedup"] == pytest.approx(row["tokens_per_call"] / cost, rel=FLOAT64_RTOL)
+
+
+def test_dsi_exits_1_when_dsi_is_slower_somewhere(capsys, monkeypatch):
+    """Negative control of the exit status: a sweep whose DSI time exceeds SI's at one grid
+    point (dsi.sweep patched) is exit 1 and says so."""
+    from simulators import dsi
+
+    real = dsi.sweep
+
+    def slower(*a, **k):
+        sw = real(*a, **k)
+        sw["dsi"][0, 0] = sw["si"][0, 0] + 0.5
+        return sw
+
+    monkeypatch.setattr(dsi, "sweep", slower)
+    rc, out, _ = _run(capsys, "dsi", "--c-points", "3", "--a-points", "3", "--k-max", "4")
+    assert rc == 1 and "DSI SLOWER somewhere" in out
+
+
+def test_disco_best_static_gammas_are_the_argmins_gamma_zero_included(capsys):
+    """c = 1 (a drafter as slow as the target): drafting never pays on a trace, so the best
+    static gamma of each exact trace DP is 0, and every reported best gamma is the argmin of
+    its own time-per-token list (toy runs: static_g for g = 1..gamma_max)."""
+    rc, out, _ = _run(capsys, "disco", "--c", "1", "--tokens", "300", "--trace-length", "100",
+                      "--gamma-max", "3", "--thresholds", "--json")
+    obj = json.loads(out)
+    assert rc == 0
+    for key in ("trace", "toy_trace"):
+        times = obj[key]["static_time_per_token"]
+        assert obj[key]["best_static_gamma"] == times.index(min(times)) == 0
+    st = {g: obj["toy_runs"][f"static_{g}"]["time_per_token"] for g in (1, 2, 3)}
+    assert obj["toy_best_static_gamma"] == min(st, key=st.get)
+
+
+def test_string_reports_psi_methods_that_disagree(capsys, monkeypatch):
+    """Negative control: when psi by segmentations differs from psi by recursion
+    (string_step patched), the row's psi_methods_agree is false and the table flags it."""
+    from fractions import Fraction
+
+    from simulators import strings
+
+    real = strings.string_step
+
+    def off(*a, **k):
+        res = real(*a, **k)
+        res["psi_by_segmentations"] = res["psi"] + Fraction(1, 10)
+        return res
+
+    monkeypatch.setattr(strings, "string_step", off)
+    rc, out, _ = _run(capsys, "string", "--max-length", "2", "--json")
+    assert rc == 0 and not any(r["psi_methods_agree"] for r in json.loads(out)["rows"])
+    rc, out, _ = _run(capsys, "string", "--max-length", "2")
+    assert "(psi methods DISAGREE)" in out
+
+
+def test_block_figure_bars_are_the_exact_length_law(monkeypatch, tmp_path):
+    """The bars of the block figure are P(L) from the results' length_law (whose keys are the
+    strings "1".."gamma+1", as in the JSON), not zeros."""
+    from simulators import plots
+
+    figs = []
+    monkeypatch.setattr(plots, "_save", lambda fig, path: figs.append(fig))
+    results = [{"pair": "same", "sampler": "tli", "length_law": {"1": 0.25, "2": 0.75}},
+               {"pair": "same", "sampler": "vanilla", "length_law": {"1": 0.5, "2": 0.5}}]
+    plots.block_figure(tmp_path / "b.png", results)
+    heights = [bar.get_height() for bar in figs[0].axes[0].patches]
+    plots._plt().close(figs[0])
+    assert heights == [0.25, 0.5, 0.75, 0.5]  # L = 1 for both samplers, then L = 2

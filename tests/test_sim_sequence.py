@@ -194,3 +194,59 @@ def test_float_block_law_of_a_drafter_equal_to_the_target(sampler):
     short = np.array([0.5, 0.1, 0.2, 0.1])  # r = p on a "law" that sums to 0.9: reject 0.1
     with pytest.raises(AssertionError, match="inconsistent with p"):
         block_law(MarkovLM(4, 0, {(): short}), lambda ctx: short, 1)
+
+
+def test_greedy_tokenize_takes_the_longest_match_first():
+    """Longest match first with the hetero drafter's tokens: "abcca" is ab | cc | a, "bca" is
+    bc | a (shortest first would give a | b | c | c | a and b | c | a)."""
+    from simulators.toy_lm import HETERO_DRAFT_TOKENS, greedy_tokenize
+
+    ids = {t: i for i, t in enumerate(HETERO_DRAFT_TOKENS)}
+    assert greedy_tokenize("abcca", HETERO_DRAFT_TOKENS) == [ids["ab"], ids["cc"], ids["a"]]
+    assert greedy_tokenize("bca", HETERO_DRAFT_TOKENS) == [ids["bc"], ids["a"]]
+
+
+def test_exact_block_law_refuses_a_tiny_rejection_with_an_empty_residual():
+    """In Fractions there is no round-off: a rejection with an empty residual, however small
+    (a target row summing to 1 - 10^-12, r = p), is an inconsistent proposal and raises; the
+    float round-off allowance (FLOAT_REJECT_ROUNDOFF) is for float64 rows only."""
+    short = np.array([Fraction(1, 2), Fraction(1, 2) - Fraction(1, 10**12)], dtype=object)
+    with pytest.raises(AssertionError, match="inconsistent with p"):
+        block_law(MarkovLM(2, 0, {(): short}), lambda ctx: short, 1)
+
+
+def test_is_lossless_checks_the_stream_beyond_the_first_block(monkeypatch):
+    """Negative control for the stream check: a block law that is right at the prefix but
+    wrong at every later context (block_law patched to move mass there) passes the block
+    completion check alone, and is refuted once ``n_tokens`` asks for the stream."""
+    from simulators import sequence
+
+    real = sequence.block_law
+
+    def wrong_later(target, fn, gamma, prefix=()):
+        blk = real(target, fn, gamma, prefix)
+        if tuple(prefix):
+            keys = sorted(blk.law)
+            delta = min(blk.law[keys[0]], blk.law[keys[-1]]) / 2
+            blk.law[keys[0]] -= delta
+            blk.law[keys[-1]] += delta
+        return blk
+
+    monkeypatch.setattr(sequence, "block_law", wrong_later)
+    pair = toy_pair("same", seed=7)
+    fn = make_proposal_fn(pair.drafter, pair.vocab_map, "tli")
+    assert is_lossless(pair.target, fn, 1) == (True, 0)
+    ok, diff = is_lossless(pair.target, fn, 1, n_tokens=3)
+    assert not ok and diff > 0
+
+
+def test_noisy_drafter_imitates_the_kept_target_ids():
+    """A pruned drafter's token j imitates target token kept_ids[j]: without noise, its row is
+    round(12 p[kept]) normalised: [6, 2] / 8 for kept ids [2, 0] of p = (1/6, 1/3, 1/2) (the
+    first two target ids instead would give [2, 4] / 6)."""
+    from simulators.toy_lm import noisy_drafter
+
+    p = np.array([Fraction(1, 6), Fraction(1, 3), Fraction(1, 2)], dtype=object)
+    drafter = noisy_drafter(MarkovLM(3, 0, {(): p}), np.random.default_rng(0), kept_ids=[2, 0], noise=0)
+    assert drafter.n_out == 2
+    assert list(drafter.next_probs(())) == [Fraction(3, 4), Fraction(1, 4)]

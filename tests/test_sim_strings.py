@@ -52,3 +52,34 @@ def test_drafted_target_token_follows_psi():
     rng = np.random.default_rng(5)
     draws = [draft_target_token(nxt, rng) for _ in range(4000)]
     assert_matches_law(np.bincount(draws, minlength=3), np.array([float(x) for x in psi]), "drafted token vs psi")
+
+
+def test_draft_target_token_conditions_each_draw_on_the_tokens_drafted_so_far():
+    """The drafter is asked for its next token after the prefix it has drafted: "a" then (after
+    "a") "b" spells "ab", target token 1; with the prefix stuck at (), it would draw "a" again
+    and read "aa" (target token 0)."""
+    seen = []
+
+    def drafter_next(prefix):
+        seen.append(prefix)
+        return {"a": 1} if prefix == () else {"b": 1}
+
+    assert draft_target_token(drafter_next, np.random.default_rng(0)) == 1
+    assert seen == [(), ("a",)]
+
+
+def test_markov_string_drafter_reads_the_text_before_the_step():
+    """``start`` is the chain's context: after drafter token 1 this order-1 chain says "b",
+    after token 0 it says "a"; with an empty prefix the answer must follow ``start`` (dropping
+    it fell back to the BOS row, 'ab', whatever came before)."""
+    from fractions import Fraction
+
+    from simulators.toy_lm import BOS, MarkovLM
+
+    one = lambda i: np.array([Fraction(int(j == i)) for j in range(3)], dtype=object)  # noqa: E731
+    chain = MarkovLM(3, 1, {(0,): one(0), (1,): one(1), (2,): one(2), (BOS,): one(2)})
+    tokens = ("a", "b", "ab")
+    for ctx, want in ((0, "a"), (1, "b"), (2, "ab")):
+        nxt = markov_string_drafter(chain, tokens, start=(ctx,))
+        assert nxt(()) == {want: 1}
+    assert markov_string_drafter(chain, tokens)(("b",)) == {"b": 1}  # the prefix extends start
