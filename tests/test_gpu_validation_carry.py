@@ -149,6 +149,7 @@ def test_save_laws_checks_the_topk_bound(tmp_path):
     {"sha256": "ab"}, [1], {"sha256": "ab", "chunks": []}, {"sha256": "ab", "chunks": [{}]},
     {"sha256": "ab", "chunks": [{"file": "../x", "bytes": 1, "sha256": "ab"}]},
     {"sha256": 1, "chunks": [{"file": "x", "bytes": 1, "sha256": "ab"}]},
+    {"sha256": "ab", "chunks": [{"file": "x", "bytes": True, "sha256": "ab"}]},  # a bool is no size
 ])
 def test_a_manifest_of_the_wrong_shape_is_an_error_line(tmp_path, capsys, manifest):
     (tmp_path / "c").mkdir()
@@ -168,7 +169,7 @@ def test_a_failed_join_leaves_a_file_already_at_out_alone(tmp_path):
     assert not list(tmp_path.glob("*.partial"))
 
 
-@pytest.mark.parametrize("mib", ["nan", "inf", "0", "-1"])
+@pytest.mark.parametrize("mib", ["nan", "inf", "0", "-1", "1e-9"])  # 1e-9 MiB: 0 bytes
 def test_split_refuses_a_chunk_size_that_is_not_a_positive_number(tmp_path, capsys, mib):
     (tmp_path / "f.bin").write_bytes(b"abc")
     assert carry.main(["split", str(tmp_path / "f.bin"), str(tmp_path / "c"), "--chunk-mib",

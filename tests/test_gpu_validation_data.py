@@ -520,3 +520,138 @@ def test_study_checks_pass_and_measure_each_samplers_own_proposal():
     assert abs(row["marginal"] - row["tli"]) > 0.05  # the samplers really differ
     for name, chk in row["checks"].items():
         assert chk["pass"], (name, chk)
+
+
+def test_token_counts_refuses_a_negative_id_as_an_input_error():
+    """A negative id is an InputError naming the range (with the lower bound checked at -1,
+    numpy's bare bincount ValueError came through, which the CLI does not turn into an
+    ``error:`` line)."""
+    from rdk_theory.validation import InputError
+
+    with pytest.raises(InputError, match=r"token ids must be in \[0, 3\), got range \[-1, 2\]"):
+        pruning.token_counts([2, -1], 3)
+
+
+def test_topk_save_caps_k_at_the_laws_width(tmp_path):
+    """A top-k larger than the law's width N stores all N ids (k = min(topk, N)): the file
+    round-trips losslessly instead of raising (only k = N was tried)."""
+    p = _laws(np.random.default_rng(2), 3, 16)
+    topk.save(tmp_path / "a.npz", {"p": p}, topk=64)
+    np.testing.assert_array_equal(topk.load(tmp_path / "a.npz")["p"], p)
+
+
+def test_build_kernels_builds_each_covariance_kernel_at_its_own_tau():
+    """rdk_exact is the sparse top-k kernel at ``tau_exact`` and rdk_first_order the
+    first-order kernel at ``tau_fo`` (the exact kernel built at the first-order tau went
+    unseen: the study's checks measure whatever kernel was built)."""
+    from rdk_theory.first_order import FirstOrderCovarianceKernel
+
+    rng = np.random.default_rng(5)
+    cal = _laws(rng, 30, 60).astype(np.float64)
+    mu, c = collect.calibration_stats(cal)
+    vm = pruning.pruned_vocab_map(rng.integers(0, 5, 60), 20)
+    rows = samplers.KeptRowsTopK(c, vm.intersection, k=4)
+    scale = float(np.max(np.sum(c ** 2, 0)))
+    tau_ex, tau_fo = 0.3 * scale, 0.01 * scale
+    ks = samplers.build_kernels(vm, mu, c, tau_exact=tau_ex, tau_fo=tau_fo, topk_rows=rows)
+    r = rt_tli(pruned_draft_probs(_laws(rng, 4, 60), vm), vm)
+    assert_close(ks["rdk_exact"].transport(r), rows.kernel(tau_ex).transport(r))
+    assert_close(ks["rdk_first_order"].transport(r),
+                 FirstOrderCovarianceKernel.from_factor(c, tau_fo).transport(r))
+    apart = rows.kernel(tau_ex).transport(r) - rows.kernel(tau_fo).transport(r)
+    assert np.abs(apart).max() > FLOAT32_ATOL  # the two taus give different kernels here
+
+
+def test_pick_tau_keeps_the_first_grid_point_among_equal_acceptances():
+    """Equal calibration acceptances (a kernel that saturates, as the sparse kernel turns into
+    the identity when tau -> 0) keep the first, largest tau that reached the best: with
+    ``>=`` the last tied tau won, and a flat table then read as 'best at the smallest tau'."""
+    from rdk_theory import IdentityKernel, VocabMap
+
+    p = np.array([[0.5, 0.5], [0.2, 0.8]])
+    best, table = samplers.pick_tau(p, p[::-1], VocabMap.identity(2), lambda t: IdentityKernel(),
+                                    2.0, grid=(1.0, 0.1, 0.01))
+    assert len(set(table.values())) == 1 and best == 2.0
+
+
+def _shift_lm(shift: int, v: int = 16):
+    """A stand-in LM (no weights): a character-per-token tokenizer over ``v`` ids, and after
+    reading token x a law with all but ~1e-7 of its mass on ``x + shift`` (mod v)."""
+    import torch
+    from types import SimpleNamespace
+
+    def model(x):
+        hot = torch.nn.functional.one_hot((x + shift) % v, v)
+        return SimpleNamespace(logits=20.0 * hot.float())
+
+    return SimpleNamespace(model=model, probs=lambda logits: torch.softmax(logits, -1),
+                           tokenizer=lambda text, add_special_tokens=False: {
+                               "input_ids": [ord(ch) % v for ch in text]})
+
+
+def test_collect_aligns_laws_next_tokens_and_sources_per_text():
+    """Row t of a text is the law after ``ids[: t + 2]`` (position 0 dropped), from each model
+    its own; ``next_ids[t]`` is the token that followed, ``ids[t + 2]`` (-1 after the last);
+    ``source`` is the text's index. Laws of positions 0..L-2, next ids one early, the target
+    run as the drafter and every row credited to text 0 all went unseen (only self-consistent
+    runs with one model read these)."""
+    target, drafter = _shift_lm(1), _shift_lm(2)
+    got = collect.collect(target, drafter, collect.EVAL_TEXTS, max_tokens=12)
+    assert got.texts == list(collect.EVAL_TEXTS)
+    for k, name in enumerate(collect.EVAL_TEXTS):
+        ids = collect.tokenize(target.tokenizer, collect.read_text(name), 12)
+        rows = got.source == k
+        assert rows.sum() == len(ids) - 1
+        assert np.argmax(got.p[rows], 1).tolist() == [(x + 1) % 16 for x in ids[1:]]
+        assert np.argmax(got.q[rows], 1).tolist() == [(x + 2) % 16 for x in ids[1:]]
+        assert got.next_ids[rows].tolist() == ids[2:] + [-1]
+
+
+def test_study_exact_kernel_bounds_are_inclusive():
+    """``sparse_k`` may be the whole vocabulary N and ``exact_max_kept`` is the largest K that
+    still gets the sparse exact kernel (both bounds inclusive; only N + 1 and the default of
+    no limit were tried)."""
+    rng, case = _study_case(n=40, c=8, s=8, rank=3)
+    out = study.acceptance_study(**case, kept_sizes=(10, 11), n_steps=0, rng=rng, sparse_k=40,
+                                 exact_max_kept=10)
+    assert [row["rdk_exact"] is not None for row in out["rows"]] == [True, False]
+    assert out["rows"][0]["rdk_exact_kernel"] == "sparse covariance top-40"
+    assert out["taus"][11]["rdk_exact"] is None
+
+
+def test_study_per_position_measurement_is_the_accepted_fraction():
+    """Each per-position 'measured' value is accepted steps / n_steps, so their mean is the
+    check's measured mean (a wrong divisor went unseen: the harness test only compared the
+    file with the study's own record)."""
+    rng, case = _study_case(c=8)
+    out = study.acceptance_study(**case, kept_sizes=(10,), n_steps=20, rng=rng)
+    for s, chk in out["rows"][0]["checks"].items():
+        measured = np.asarray(out["per_position"][f"{s}@10"]["measured"], dtype=np.float64)
+        assert_close(measured * 20, np.round(measured * 20), atol=FLOAT32_ATOL)
+        assert_close(measured.mean(), chk["measured_mean"], atol=FLOAT32_ATOL)
+
+
+def test_study_predictions_use_the_kept_sets_kernels_on_the_variance_grid():
+    """With n_steps = 0 each row is the mean alpha(p, r) of its sampler, recomputed here: the
+    sparse exact kernel's rows are the kept ids (here not 0..K-1) at the picked tau, and the
+    tau grid is TAU_GRID times the largest calibration variance max_i Omega_ii (kernel rows
+    for ids 0..K-1, and a grid scaled by the largest squared norm of a factor row, went
+    unseen)."""
+    from rdk_theory.first_order import FirstOrderCovarianceKernel
+
+    rng, case = _study_case(seed=8, n=40, c=8, s=8, rank=3)
+    counts = np.arange(40)[::-1].copy()
+    counts[[0, 1, 2, 3]] = 0  # the kept set {4..13} is not the first 10 ids
+    case["counts"] = counts
+    out = study.acceptance_study(**case, kept_sizes=(10,), n_steps=0, rng=rng, sparse_k=4)
+    (row,), t = out["rows"], out["taus"][10]
+    scale = np.max(np.diag(case["factor"].T @ case["factor"]))
+    for s in ("rdk_exact", "rdk_first_order"):
+        assert_close(sorted(t["calibration_alpha_by_tau"][s]),
+                     sorted(g * scale for g in samplers.TAU_GRID))
+    vm = pruning.pruned_vocab_map(counts, 10)
+    p, tli = collect.laws64(case["p"]), rt_tli(pruned_draft_probs(case["q"], vm), vm)
+    exact = samplers.KeptRowsTopK(case["factor"], vm.intersection, 4).kernel(t["rdk_exact"])
+    fo = FirstOrderCovarianceKernel.from_factor(case["factor"], t["rdk_first_order"])
+    assert_close(row["rdk_exact"], acceptance_rate(p, exact.transport(tli)).mean())
+    assert_close(row["rdk_first_order"], acceptance_rate(p, fo.transport(tli)).mean())

@@ -249,3 +249,44 @@ def test_hetero_reads_a_comma_separated_drafter_list(monkeypatch, tmp_path, caps
     assert main(["validate", "--hetero", "--target", "t", "--drafter", "a,b,", "--out", out]) == 0
     assert checked == ["t", "a", "b"] and ran == [("t", ("a", "b"), out)]
     assert capsys.readouterr().out == f"table\nwrote {out}/hetero.json\n"
+
+
+def test_next_token_in_i_counts_token_id_0():
+    """Only the -1 after a text's last token is left out of 'next token in I': id 0 is a
+    token like any other (a test of ``> 0`` for ``>= 0`` dropped it unseen)."""
+    from rdk_theory.vocab import VocabMap
+
+    vm = VocabMap.from_kept_ids(np.array([0, 2]), 3)
+    p = np.full((4, 3), 1 / 3)
+    caps = hetero.oov_caps(p, np.array([0, 0, 1, -1]), np.zeros(4, dtype=int), ["a"], vm)
+    assert caps["next_token_in_I"] == 2 / 3  # ids 0, 0 in I, id 1 not; -1 ignored
+
+
+def test_map_summary_fractions_are_of_each_vocabulary():
+    """|I| over the drafter's 9 ids and over the target's 11 (the target fraction divided by
+    the drafter's size went unseen: only the drafter fraction was asserted)."""
+    d, t = _lists()
+    s = hetero.map_summary(hetero.build_map(d, t), d, t)
+    assert (s["n_drafter"], s["n_target"], s["intersection"]) == (9, 11, 6)
+    assert s["fraction_of_target"] == pytest.approx(6 / 11)
+
+
+def test_token_list_from_tokenizer_reads_special_ids_from_both_sources():
+    """Special ids are the added tokens marked special and the tokenizer's all_special_ids
+    (a BOS that is not an added token is special too): such a special never matches text."""
+    from types import SimpleNamespace
+
+    class _Tok:
+        added_tokens_decoder = {0: SimpleNamespace(special=True), 3: SimpleNamespace(special=False)}
+        all_special_ids = [1]
+
+        def __len__(self):
+            return 4
+
+        def convert_ids_to_tokens(self, ids):
+            return ["<pad>", "<s>", "Ġthe", None][:len(ids)]
+
+    tl = hetero.token_list_from_tokenizer("x", _Tok())
+    assert tl.special_ids == frozenset({0, 1}) and tl.tokens[3] == ""
+    text = hetero.TokenList("d", ["<s>", "Ġthe"])
+    assert hetero.build_map(text, tl).draft_to_target.tolist() == [-1, 2]

@@ -326,3 +326,17 @@ def test_report_source_defaults_to_its_own_keep_fractions(stubbed_pair):
     assert rep["keep_fractions"] == list(DEFAULT_KEEP) == [1.0, 0.5, 0.25, 0.1, 0.05]
     assert calls["study"]["kept"] == [40, 20, 10, 4, 2]
     assert calls["study"]["rng"].random() == np.random.default_rng(0).random()
+
+
+def test_registry_vocabularies_and_case_insensitive_lookup():
+    """Each built-in model's vocabulary is MODELS.md's (the kept-size check refuses sizes
+    beyond it; only the Qwen pair's was asserted), and a built-in name is found in any case
+    (a lookup without lowering went unseen)."""
+    from gpu_validation.registry import get_builtin
+
+    assert {m.name: m.vocab_size for m in REGISTRY.values()} == {
+        "qwen2.5-coder-1.5b": 151_936, "qwen2.5-coder-0.5b": 151_936, "smollm2-135m": 49_152,
+        "gemma-3-270m": 262_144}
+    assert get_builtin("SmolLM2-135M") is REGISTRY["smollm2-135m"]
+    assert get_builtin("Qwen2.5-Coder-0.5B") is REGISTRY["qwen2.5-coder-0.5b"]
+    assert get_builtin("HuggingFaceTB/SmolLM2-135M-Instruct") is None
