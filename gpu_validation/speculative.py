@@ -15,6 +15,8 @@ models are cropped back to the accepted prefix after each round.
 """
 from __future__ import annotations
 
+import math
+
 import numpy as np
 
 from rdk_theory.acceptance import acceptance_rate
@@ -63,8 +65,11 @@ def _draft(r, rng) -> int:
     """A draft (a target id) from the proposal ``r``, or -1 with probability
     ``1 - sum r``: the drafter token outside the target, as MATH.md section 2 has it (drawing
     from ``r / sum r`` instead changed the output law of a sub-stochastic sampler). A law
-    summing to 1 takes one draw, as before."""
+    summing to 1 takes one draw, as before. A NaN or infinite entry is a sampler or kernel
+    bug: FloatingPointError (read as 'no mass', it let the target emit and recorded nothing)."""
     mass = float(r.sum())
+    if not math.isfinite(mass):
+        raise FloatingPointError(f"a proposal's mass is not finite ({mass}): a sampler or kernel bug")
     if not mass > 0:
         return -1
     if mass < 1 - FULL_MASS_ROUNDOFF and not rng.random() < mass:

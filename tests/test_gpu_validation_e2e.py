@@ -279,3 +279,44 @@ def test_generate_with_a_deterministic_target_emits_its_forced_tokens():
                              gamma=3, max_new_tokens=12, rng=np.random.default_rng(0))
     assert all(g["accepted"]) and g["accept_length_histogram"] == [0, 0, 0, 3]
     assert g["tokens"] == want[len(prompt):len(prompt) + len(g["tokens"])]
+
+
+def test_draft_of_a_proposal_short_of_one_is_absent_exactly_when_u_exceeds_its_mass():
+    """A proposal of mass m < 1 drafts the absent token (-1) exactly when its first uniform u
+    is >= m (MATH.md section 2), down to m = 0.995: with a round-off allowance of 1e-2 such an
+    r was drawn from r / m and its absent token never drafted. Deterministic: u is read from
+    a copy of each seeded generator."""
+    r = np.array([0.5, 0.3, 0.195])
+    absent = 0
+    for seed in range(2000):
+        u = np.random.default_rng(seed).random()
+        x = speculative._draft(r, np.random.default_rng(seed))
+        assert (x == -1) == (u >= r.sum()), seed
+        absent += x == -1
+    assert absent > 0  # the absent branch was reached
+
+
+def test_a_proposal_without_mass_drafts_nothing_and_the_target_emits():
+    """r = 0 (TLI with q(I) = 0: MATH.md section 3's definition, alpha 0 and a draw from p):
+    no draft is made or recorded, every round's one target call emits a token from p (a
+    point mass here). Recording a rejected absent draft with alpha 0 went unseen."""
+    p = np.array([0.0, 0.0, 1.0, 0.0])
+    g = speculative.generate(_ContextFree(p), _ContextFree(np.full(4, 0.25)), [0],
+                             VocabMap.identity(4), lambda qk: np.zeros(4), gamma=3,
+                             max_new_tokens=3, rng=np.random.default_rng(0))
+    assert g["tokens"] == [2, 2, 2] and g["target_calls"] == 3
+    assert g["alphas"] == [] and g["accepted"] == []
+    assert g["accept_length_histogram"] == [3, 0, 0, 0]
+
+
+@pytest.mark.parametrize("bad", [np.nan, np.inf])
+def test_a_proposal_with_a_non_finite_entry_is_an_error_not_an_absent_draft(bad):
+    """A NaN or infinite proposal entry (a sampler or kernel bug) raises FloatingPointError:
+    its NaN mass failed ``mass > 0`` and was read as 'no mass', so the target emitted every
+    token and the run recorded no position, silently."""
+    p = np.array([0.0, 0.0, 1.0, 0.0])
+    r = np.array([0.25, bad, 0.25, 0.25])
+    with pytest.raises(FloatingPointError, match="mass is not finite"):
+        speculative.generate(_ContextFree(p), _ContextFree(np.full(4, 0.25)), [0],
+                             VocabMap.identity(4), lambda qk: r, gamma=3, max_new_tokens=3,
+                             rng=np.random.default_rng(0))
