@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import json
+from fractions import Fraction
 
 import pytest
 
@@ -222,8 +223,6 @@ def test_block_gamma_above_six_is_refused_before_any_enumeration(capsys, monkeyp
 def test_block_exits_1_when_a_sampler_is_not_lossless(capsys, monkeypatch):
     """Negative control of the exit status: a lossless check that fails (is_lossless patched to
     report a difference of 1/7) is exit 1, the row says NO and the JSON lossless false."""
-    from fractions import Fraction
-
     from simulators import sequence
 
     monkeypatch.setattr(sequence, "is_lossless", lambda *a, **k: (False, Fraction(1, 7)))
@@ -282,8 +281,6 @@ def test_disco_best_static_gammas_are_the_argmins_gamma_zero_included(capsys):
 def test_string_reports_psi_methods_that_disagree(capsys, monkeypatch):
     """Negative control: when psi by segmentations differs from psi by recursion
     (string_step patched), the row's psi_methods_agree is false and the table flags it."""
-    from fractions import Fraction
-
     from simulators import strings
 
     real = strings.string_step

@@ -1,6 +1,8 @@
 """SLEM / SLRS on toy tokenizers: psi both ways, losslessness, ordering, and the cost of psi."""
 from __future__ import annotations
 
+from fractions import Fraction
+
 import numpy as np
 import pytest
 
@@ -72,8 +74,6 @@ def test_markov_string_drafter_reads_the_text_before_the_step():
     """``start`` is the chain's context: after drafter token 1 this order-1 chain says "b",
     after token 0 it says "a"; with an empty prefix the answer must follow ``start`` (dropping
     it fell back to the BOS row, 'ab', whatever came before)."""
-    from fractions import Fraction
-
     from simulators.toy_lm import BOS, MarkovLM
 
     one = lambda i: np.array([Fraction(int(j == i)) for j in range(3)], dtype=object)  # noqa: E731
