@@ -108,10 +108,12 @@ def calibration_stats(calibration_probs, rank: int | None = None):
     """
     # renormalised in float64, the centred rows (and so Omega's rows) sum to 0 to round-off,
     # as the first-order kernel requires
+    from rdk_theory.kernels import centred_rows
+
     cal = laws64(calibration_probs)
     s = cal.shape[0]
     mu = cal.mean(axis=0)
-    c = (cal - mu) / np.sqrt(s)
+    c = centred_rows(cal) / np.sqrt(s)  # equal rows: exactly 0, as the core's kernels
     if rank is None or rank >= s:
         return mu, c
     # SVD through the S x S Gram matrix: O(S^2 N), never N x N.

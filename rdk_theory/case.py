@@ -21,7 +21,8 @@ from dataclasses import dataclass
 import numpy as np
 
 from .first_order import FirstOrderCovarianceKernel
-from .kernels import CovarianceSoftmaxKernel, DenseKernel, IdentityKernel, MarginalKernel
+from .kernels import (CovarianceSoftmaxKernel, DenseKernel, IdentityKernel, MarginalKernel,
+                      centred_rows)
 from .validation import (InputError, as_calibration, as_prob_array, as_real_array, check_tau,
                          known_shape, real_number)
 from .vocab import VocabMap
@@ -139,9 +140,10 @@ def _renormalised(x: np.ndarray) -> np.ndarray:
 
 
 def default_tau(calibration_probs) -> float:
-    """``max_i Omega_ii``: then ``|B_ij| <= 1`` (Cauchy-Schwarz), the first-order regime."""
+    """``max_i Omega_ii``: then ``|B_ij| <= 1`` (Cauchy-Schwarz), the first-order regime; 1
+    when every variance is 0 (centred as the kernels centre, so equal rows give exactly 0)."""
     cal = np.asarray(calibration_probs, dtype=np.float64)
-    var = cal.var(axis=0).max()
+    var = (centred_rows(cal) ** 2).mean(axis=0).max()
     return float(var) if var > 0 else 1.0
 
 

@@ -127,6 +127,10 @@ class FirstOrderCovarianceKernel:
             shift = stored.sum(axis=1, dtype=np.float64) / c.shape[1]
             c = stored.astype(np.float64) - shift[:, None]
         elif factor_dtype == "float64":
+            # rows re-centred: their sums drift from 0 by the round-off of the calibration
+            # rows' own sums, which a factor of tiny variances (nearly equal calibration
+            # rows, a tau of 1e-30) turned into a q'' summing to 1 + 1e-2
+            c = c - (c.sum(axis=1) / c.shape[1])[:, None]
             stored, shift = c, np.zeros(c.shape[0])
         else:
             raise InputError(f"factor_dtype must be 'float64' or 'float32', got {factor_dtype!r}")

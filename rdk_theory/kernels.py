@@ -268,7 +268,7 @@ def calibration_covariance(calibration_probs):
     host; a torch input gets a float64 tensor back on its device.
     """
     cal = as_calibration(calibration_probs)
-    c = cal - cal.mean(axis=0)
+    c = centred_rows(cal)
     omega = c.T @ c / cal.shape[0]
     if B.is_torch(calibration_probs):
         import torch
@@ -287,9 +287,21 @@ def covariance_softmax_kernel(calibration_probs, tau: float) -> DenseKernel:
     return DenseKernel(rows.rows(np.arange(rows.n)), check=False, copy=False)
 
 
+def centred_rows(cal: np.ndarray) -> np.ndarray:
+    """``P_c - mu`` of calibration rows (S, N), computed from the differences to the first row:
+    ``d = P_c - p_1`` then ``d - mean(d)``. Where every row agrees on a token (one repeated
+    row, or a token no context gives mass) its column is exactly 0, and rows that differ by
+    little are centred to their differences' precision. The plain ``P_c - mean(P_c)`` left
+    ulps of the mean there: a covariance of round-off that ``max_i Omega_ii`` (the default
+    tau) scaled to order one, so the kernel of three equal rows came out as noise instead of
+    the uniform kernel of ``Omega = 0``."""
+    d = cal - cal[:1]
+    return d - d.mean(axis=0)
+
+
 def _centred_factor(cal: np.ndarray) -> np.ndarray:
     """``C = (P_c - mu) / sqrt(S)`` of calibration rows (S, N): ``Omega = C^T C``."""
-    return (cal - cal.mean(axis=0)) / np.sqrt(cal.shape[0])
+    return centred_rows(cal) / np.sqrt(cal.shape[0])
 
 
 class CovarianceSoftmaxKernel:

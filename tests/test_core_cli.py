@@ -459,6 +459,31 @@ def test_default_tau_is_the_largest_token_variance_across_contexts():
     assert default_tau(cal) == 0.0625  # exact in binary: tokens 1 and 2: variance 1/16
 
 
+def test_equal_calibration_rows_give_the_uniform_kernel_of_zero_covariance(tmp_path, capsys):
+    """Three copies of one row: Omega = 0, so the default tau is 1 and both covariance kernels
+    are uniform (every affinity equal), and a uniform target accepts every uniform proposal.
+    Centred as ``P_c - mean(P_c)`` the ulps of the mean made Omega 1.9e-34 and tau that
+    round-off: exact RDK came out 0.77 and first-order RDK 0.87 from a proposal summing to
+    1.37, which ``sample`` then refused."""
+    from rdk_theory.case import default_tau
+
+    cal = np.tile([0.1, 0.9], (3, 1))
+    assert not np.any(rt.calibration_covariance(cal)) and default_tau(cal) == 1.0
+    _write_case(tmp_path / "case.npz", target_probs=np.full((1, 2), 0.5),
+                draft_probs=np.ones((1, 1)), draft_to_target=np.array([0]),
+                calibration_probs=cal, kernel=None)
+    code, out, err = _run(capsys, "acceptance", str(tmp_path / "case.npz"), "--kernel",
+                          "covariance", "--json")
+    assert code == 0, err
+    res = json.loads(out)
+    assert (res["tli"]["mean"], res["rdk_exact"]["mean"], res["rdk_first_order"]["mean"]) == (
+        0.5, 1.0, 1.0)
+    code, out, err = _run(capsys, "sample", str(tmp_path / "case.npz"), "--sampler",
+                          "rdk_first_order", "--context", "0", "--n", "10", "--seed", "0",
+                          "--json")
+    assert code == 0 and json.loads(out)["accepted"] == 10, err
+
+
 def test_synthetic_report_tunes_on_held_out_rows_and_evaluates_on_the_others():
     """The report's numbers recomputed from their definitions: K = round(f N), tau picked by
     the best mean acceptance on the tuning rows, TLI and first-order RDK (at that tau)
