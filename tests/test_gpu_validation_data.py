@@ -141,7 +141,30 @@ def test_binomial_agreement_accepts_correct_predictions_and_refutes_wrong_ones()
     assert res["p_dispersion"] < res["test_level"] and not res["pass"]
     # the interval is on the mean per position and step: z sqrt(sum n a (1 - a)) / (n P)
     half = agreement.binomial_agreement([0.5] * 4, [500] * 4, 1000)["ci_half_width"]
-    assert_close(half, agreement.critical_z(1) * np.sqrt(4 * 250) / 4000)
+    assert_close(half, agreement.critical_z(2) * np.sqrt(4 * 250) / 4000)  # one call: 2 tests
+
+
+def test_one_binomial_agreement_call_keeps_the_false_alarm_rate_for_its_two_tests():
+    """Every joint count of two positions (31^2 outcomes, exact law): a call on its own (the
+    default n_tests, 2: aggregate and dispersion) fails a correct count with probability at
+    most FALSE_ALARM; with n_tests = 1, the default before, each test took the whole budget
+    and the call failed 1.4e-3 of the time."""
+    n, a = 30, np.array([0.2, 0.7])
+    law = [sstats.binom.pmf(np.arange(n + 1), n, ai) for ai in a]
+
+    def size(**kw):
+        return sum(law[0][i] * law[1][j] for i in range(n + 1) for j in range(n + 1)
+                   if not agreement.binomial_agreement(a, [i, j], n, **kw)["pass"])
+
+    assert size() <= agreement.FALSE_ALARM < size(n_tests=1)
+
+
+def test_poisson_binomial_p_value_of_an_impossible_count_is_zero():
+    """A count below 0 or above the number of positions has no probability: 0, as
+    binomial_sum_p_value gives (-1 read the law's last entry and gave 1; 3 raised)."""
+    for observed in (-1, 3):
+        assert agreement.poisson_binomial_p_value([0.99, 0.99], observed) == 0.0
+        assert agreement.binomial_sum_p_value([0.99, 0.99], 1, observed) == 0.0
 
 
 def test_poisson_binomial_p_value_matches_the_binomial_case():
@@ -358,8 +381,43 @@ def test_dispersion_p_value_falls_back_to_chi_square_beyond_its_budget():
     t = float(np.sum((k - 400 * a) ** 2 / (400 * a * (1 - a))))
     assert agreement.dispersion_p_value(a, k, 400, budget=0) == (sstats.chi2.sf(t, 30),
                                                                    "chi-square")
+    # a pass needs no bound: the tail above the level is the answer
+    assert agreement.dispersion_p_value(a, k, 400, budget=0, level=1e-9) == (
+        sstats.chi2.sf(t, 30), "chi-square")
     assert agreement.dispersion_p_value(a, k, 400)[1] == "exact-bound"  # within budget
     assert agreement.dispersion_p_value([0.5], [200], 400) == (1.0, "exact-bound")
+
+
+@pytest.mark.parametrize("n_tests", [4, 40])
+def test_a_chi_square_rejection_beyond_the_budget_is_confirmed_by_the_bound(n_tests):
+    """One position, 50 steps, a = 0.2, with no budget for the bound up front (budget=0, the
+    case of many positions): where the chi-square tail falls to the level the bound decides,
+    so the exact size, P(p <= level) over all 51 counts, is at most the level (the tail alone:
+    over 1.2x, test above)."""
+    n, a = 50, 0.2
+    level = agreement.FALSE_ALARM / n_tests
+    law = sstats.binom.pmf(np.arange(n + 1), n, a)
+    results = [agreement.dispersion_p_value([a], [k], n, budget=0, level=level)
+               for k in range(n + 1)]
+    assert sum(law[k] for k, (p, _) in enumerate(results) if p <= level) <= level
+    tails = sstats.chi2.sf((np.arange(n + 1) - n * a) ** 2 / (n * a * (1 - a)), 1)
+    tails[10] = 0.0  # k = n a: T = 0, p = 1 at once
+    assert [m for _, m in results] == ["exact-bound" if tail <= level else "chi-square"
+                                       for tail in tails]
+
+
+def test_a_gross_dispersion_beyond_the_budget_is_rejected_on_the_coarse_grid():
+    """600 positions, each count two standard deviations off in a random direction (so the
+    sum is nearly unbiased and only the dispersion can see it): far beyond the up-front
+    budget, the chi-square tail rejects and the first, coarse grid of the bound confirms it
+    (well under the level, at 4 dof standard deviations of T past its mean)."""
+    rng = np.random.default_rng(13)
+    n, a = 2000, rng.uniform(0.2, 0.8, 600)
+    sd = np.sqrt(n * a * (1 - a))
+    k = np.round(n * a + 2 * sd * rng.choice([-1, 1], a.size))
+    res = agreement.binomial_agreement(a, k, n, 54)
+    assert res["dispersion_method"] == "exact-bound" and not res["pass"]
+    assert res["p_dispersion"] <= res["test_level"] and res["p_aggregate"] > res["test_level"]
 
 
 def test_study_and_tokenize_name_edge_inputs():
