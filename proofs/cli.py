@@ -199,7 +199,10 @@ def register_bounds(sub) -> None:
         description="Mean acceptance of each sampler next to its bounds: the OOV cap p(I) (vanilla and "
                     "TLI never exceed it), 1 - TV(p, M^T q') for the chosen kernel, the best mixing "
                     "weight lam of the rank-one kernel (1 - lam) I + lam 1 w^T on the case's contexts "
-                    "(exact: concave piecewise-linear maximisation) and, for N_T <= 64, the best static "
+                    "(exact: concave piecewise-linear maximisation; w is the marginal kernel's, the "
+                    "calibration mean on the target ids outside I, except that without calibration "
+                    "mass there it is uniform on them where the marginal kernel is the identity: "
+                    "the JSON's best_mixing.w says which) and, for N_T <= 64, the best static "
                     "kernel by linear programming (no RDK kernel reaches more on these contexts; "
                     "by default only while C^2 N_T^3 <= 2^30, about 12 s: see --lp).",
         epilog=CASE_HELP + "\n\nexample:\n  rdk-theory bounds case.npz --json\n  -> "

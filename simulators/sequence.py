@@ -133,9 +133,9 @@ class BlockLaw:
       law: ``{block tuple: probability}`` (variable length 1..gamma+1).
       gamma: draft length.
       prefix: the context the iteration started from.
-      length_law: ``{L: P(L tokens emitted)}``: tokens per target call.
+      length_law: ``{L: P(L tokens emitted)}``: tokens per target call (lengths of
+        probability 0 are left out); ``L - 1`` drafts were accepted.
       expected_tokens: ``E[L]``.
-      accepted_law: ``{k: P(exactly k drafts accepted)}``.
     """
 
     law: dict
@@ -152,7 +152,8 @@ class BlockLaw:
         self.expected_tokens = sum(k * w for k, w in self.length_law.items())
 
     def position_acceptances(self) -> list:
-        """``alpha_t = P(L > t) / P(L > t - 1)``: the conditional acceptance at each position."""
+        """``alpha_t = P(L > t) / P(L > t - 1)``: the conditional acceptance at each position,
+        ``t = 1 .. gamma``; 0 where position ``t`` is never reached (``P(L > t - 1) = 0``)."""
         tail = [sum(w for k, w in self.length_law.items() if k > t) for t in range(self.gamma + 1)]
         return [tail[t] / tail[t - 1] if tail[t - 1] != 0 else 0 for t in range(1, self.gamma + 1)]
 
