@@ -15,12 +15,17 @@ If the calculators are right, ``k_i ~ Binomial(n, a_i)`` independently. Three ch
   Where that bound is cheap (under a second: ``dof`` up to about 200-250, fewer for a larger
   ``T``) it is the p-value (``dispersion_method`` ``exact-bound``). Beyond, the chi-square
   tail with ``dof`` degrees of freedom is read first: above the level it is the p-value
-  (``chi-square``; a pass cannot be a false alarm), and at or below it the bound is computed
-  on the finest grid that :data:`DISPERSION_CONFIRM_BUDGET` allows (seconds, and only on a
-  rejection) and decides. The chi-square tail alone rejected 1.04-1.08x too often with the
-  committed CPU run's acceptances, about 2x with positions just above the ``>= 5`` threshold,
-  and 4.1x at one position, 50 steps and ``a = 0.2``. With no eligible position the check is
-  not run (``dof`` 0, ``p_dispersion`` None);
+  (``chi-square``; a pass cannot be a false alarm), and at or below it a second rigorous bound
+  decides (``hoeffding-bound``: nearest rounding and Hoeffding's inequality, about
+  ``sqrt(dof)`` times tighter on the same grid; under a second for a gross deviation, seconds
+  near the level, and only after a chi-square rejection). ``dispersion_slack_sd`` is the most
+  a bound's rounding may add to ``T``, in standard deviations of ``T``: what it may cost in
+  power (0.1 or less up front; after a rejection 0.1 where :data:`DISPERSION_CONFIRM_BUDGET`
+  allows, up to about 1,700 positions at the harness's level, more beyond). The chi-square
+  tail alone rejected 1.04-1.08x too often with the committed CPU run's acceptances, about 2x
+  with positions just above the ``>= 5`` threshold, and 4.1x at one position, 50 steps and
+  ``a = 0.2``. With no eligible position the check is not run (``dof`` 0, ``p_dispersion``
+  and ``dispersion_slack_sd`` None);
 * **degenerate**: where ``a_i`` is 0 or 1 the count must be exactly 0 or ``n``.
 
 The run-wide false-alarm budget ``FALSE_ALARM`` is split evenly (Bonferroni) over all the
@@ -49,7 +54,7 @@ MIN_EXPECTED_VARIANCE = 5.0
 ACCEPTANCE_ROUNDOFF = 1e-9
 #: Grid cells times positions that :func:`dispersion_p_value` may convolve (under a second).
 DISPERSION_BUDGET = 2 ** 23
-#: The same for the bound that must confirm a chi-square rejection beyond
+#: The same, per grid, for the bound that must confirm a chi-square rejection beyond
 #: :data:`DISPERSION_BUDGET` (seconds; it runs only where the chi-square tail would reject).
 DISPERSION_CONFIRM_BUDGET = 2 ** 26
 #: Largest shift, in standard deviations of ``T`` (``sqrt(2 dof)``), that the grid's rounding
@@ -87,8 +92,8 @@ def binomial_agreement(predicted, accepted, n: int, n_tests: int = 2) -> dict:
     chi2 = float(np.sum((k[sel] - n * a[sel]) ** 2 / var[sel]))
     dof = int(sel.sum())
     level = FALSE_ALARM / max(n_tests, 1)
-    p_disp, method = (dispersion_p_value(a[sel], k[sel], n, level=level) if dof
-                      else (None, None))  # not run
+    p_disp, method, slack = (_dispersion(a[sel], k[sel], n, level=level) if dof
+                             else (None, None, None))  # not run
     p_agg = binomial_sum_p_value(a, n, int(round(k.sum())))
     degenerate_ok = bool(np.all(k[a == 0] == 0) and np.all(k[a == 1] == n))
     zc = critical_z(n_tests)
@@ -97,7 +102,8 @@ def binomial_agreement(predicted, accepted, n: int, n_tests: int = 2) -> dict:
         "predicted_mean": float(a.mean()), "measured_mean": float(k.sum() / (n * a.size)),
         "ci_half_width": float(half), "z": z, "p_aggregate": p_agg,
         "chi2": chi2, "dof": dof, "p_dispersion": p_disp,
-        "dispersion_method": method, "degenerate_ok": degenerate_ok,
+        "dispersion_method": method, "dispersion_slack_sd": slack,
+        "degenerate_ok": degenerate_ok,
         "test_level": level,
         "pass": bool(p_agg > level and (p_disp is None or p_disp > level) and degenerate_ok),
     }
@@ -125,63 +131,120 @@ def dispersion_p_value(predicted, accepted, n: int, budget: int = DISPERSION_BUD
                        confirm_budget: int = DISPERSION_CONFIRM_BUDGET) -> tuple[float, str]:
     """Upper-tail p-value of ``T = sum_i T_i``, ``T_i = (k_i - n a_i)^2 / (n a_i (1 - a_i))``,
     with ``k_i ~ Binomial(n, a_i)`` independent (every ``a_i`` strictly inside (0, 1)).
-    Returns ``(p, "exact-bound")``, or ``(p, "chi-square")`` where the exact bound is too dear.
+    Returns ``(p, method)``: ``"exact-bound"``, ``"chi-square"`` or ``"hoeffding-bound"``.
 
-    The exact law of ``T`` is not on a lattice, so each ``T_i`` is rounded *up* to a grid of
-    ``m`` cells on ``[0, t]`` (``t`` the observed value): the rounded sum is at least ``T``, so
-    ``P(rounded sum >= t) >= P(T >= t)`` and the p-value is never too small (a correct run
-    fails no more often than the level). Terms are nonnegative, so mass past ``t`` is final and
-    the law is kept on ``[0, t)`` only, convolved in one position at a time (FFT, round-off
-    ~1e-13). The rounding adds less than ``dof t / m`` to ``T``; ``m`` makes that at most
-    ``slack_sd`` standard deviations (``sqrt(2 dof)``), and at least 2048 cells. Where
-    ``dof * m`` would pass ``budget`` the chi-square tail with ``dof`` degrees of freedom is
-    returned instead, unless a test ``level`` is given and that tail is at or below it: then
-    the bound decides, computed on ``budget / dof`` cells and, while it stays above the level,
-    on a grid four times finer, up to ``min(m, confirm_budget / dof)`` cells (at least 2048).
-    That grid may be coarser than ``slack_sd`` asks, which costs power near the level but never
-    validity: no rejection rests on the approximation.
+    **exact-bound.** The exact law of ``T`` is not on a lattice, so each ``T_i`` is rounded
+    *up* to a grid of ``m`` cells on ``[0, t]`` (``t`` the observed value): the rounded sum is
+    at least ``T``, so ``P(rounded sum >= t) >= P(T >= t)`` and the p-value is never too small
+    (a correct run fails no more often than the level). Terms are nonnegative, so mass past
+    ``t`` is final and the law is kept on ``[0, t)`` only, convolved in one position at a time
+    (FFT, round-off ~1e-13). The rounding adds less than ``dof t / m`` to ``T``; ``m`` makes
+    that at most ``slack_sd`` standard deviations (``sqrt(2 dof)``), and at least 2048 cells.
+
+    **chi-square.** Where ``dof * m`` would pass ``budget``: the chi-square tail with ``dof``
+    degrees of freedom, returned as is when no test ``level`` is given or the tail is above it
+    (a pass cannot be a false alarm).
+
+    **hoeffding-bound.** Where that tail is at or below ``level``, a rigorous bound decides
+    instead (:func:`_hoeffding_bound`): the terms rounded to the *nearest* cell, whose errors
+    have an exactly computed mean and, being independent and each within half a cell, a sum
+    that Hoeffding's inequality keeps within ``delta`` of that mean except with probability
+    ``eta = level / 64``, added to the p-value. Its slack is ``delta``, about
+    ``h sqrt(dof ln(1 / eta) / 2)`` for a cell of width ``h``, where rounding up costs
+    ``dof h``: the same grid is about ``sqrt(dof)`` times tighter. The grid starts at ``budget
+    / dof`` cells (a gross deviation is decided there in under a second) and is made four times
+    finer while the bound stays above the level, until its slack is ``slack_sd`` or the grid
+    reaches ``confirm_budget / dof`` cells (seconds). A coarser grid costs power near the
+    level, never validity: no rejection rests on the approximation.
     """
+    return _dispersion(predicted, accepted, n, budget, slack_sd, level, confirm_budget)[:2]
+
+
+def _dispersion(predicted, accepted, n, budget=DISPERSION_BUDGET, slack_sd=DISPERSION_SLACK_SD,
+                level=None, confirm_budget=DISPERSION_CONFIRM_BUDGET):
+    """:func:`dispersion_p_value`'s ``(p, method, slack)``, ``slack`` the most the bound's
+    rounding may add to ``T``, in standard deviations of ``T`` (None for the chi-square tail)."""
     a = acceptances(predicted).reshape(-1)
     k = np.asarray(accepted, dtype=np.float64).reshape(-1)
     n = int(n)
     var = n * a * (1 - a)
     t = float(np.sum((k - n * a) ** 2 / var))
     dof = a.size
+    sd = float(np.sqrt(2 * dof))
     if t <= 0:
-        return 1.0, "exact-bound"
-    cells = max(2048, int(np.ceil(dof * t / (slack_sd * np.sqrt(2 * dof)))))
+        return 1.0, "exact-bound", 0.0
+    cells = max(2048, int(np.ceil(dof * t / (slack_sd * sd))))
     if dof * cells <= budget:
-        return _dispersion_bound(a, var, n, t, cells), "exact-bound"
+        return _dispersion_bound(a, var, n, t, cells), "exact-bound", dof * t / cells / sd
     tail = float(stats.chi2.sf(t, dof))
     if level is None or tail > level:
-        return tail, "chi-square"
-    # confirm the rejection: a coarse grid first (a gross deviation is decided there in under
-    # a second), then four times finer until the bound is at or below the level or the grid
-    # reaches the slack asked for or the confirm budget
-    finest = max(2048, min(cells, int(confirm_budget) // dof))
+        return tail, "chi-square", None
+    eta = level / 64
+    # the slack is delta + h with delta = h sqrt(dof ln(1 / eta) / 2), h = t / cells
+    wanted = int(np.ceil(t * (np.sqrt(dof * np.log(1 / eta) / 2) + 1) / (slack_sd * sd)))
+    finest = max(2048, min(wanted, int(confirm_budget) // dof))
     grid = min(finest, max(2048, int(budget) // dof))
     while True:
-        bound = _dispersion_bound(a, var, n, t, grid)
+        bound, slack = _hoeffding_bound(a, var, n, t, grid, eta)
         if bound <= level or grid >= finest:
-            return bound, "exact-bound"
+            return bound, "hoeffding-bound", slack / sd
         grid = min(finest, 4 * grid)
 
 
-def _dispersion_bound(a, var, n: int, t: float, cells: int) -> float:
-    """The upper bound of :func:`dispersion_p_value` on a grid of ``cells`` cells on [0, t]."""
+def _term_laws(a, var, n: int, scale: float):
+    """Per position: the binomial law of ``k`` and ``T_i(k) * scale`` on its whole support."""
+    support = np.arange(n + 1)
+    for ai, vi in zip(a, var):
+        yield stats.binom.pmf(support, n, ai), (support - n * ai) ** 2 / vi * scale
+
+
+def _convolve_below(below, cell, pmf, cells: int):
+    """The law ``below`` (cells ``0 .. cells - 1``) of a partial sum plus one term whose cell is
+    ``cell`` with probability ``pmf``; mass reaching ``cells`` or more is dropped (final, as
+    terms are nonnegative)."""
     from scipy import fft
 
     size = fft.next_fast_len(2 * cells, real=True)
-    support = np.arange(n + 1)
+    term = np.bincount(np.minimum(cell, cells), weights=pmf, minlength=cells + 1)
+    below = fft.irfft(fft.rfft(below, size) * fft.rfft(term[:cells], size), size)[:cells]
+    return np.clip(below, 0.0, None)
+
+
+def _dispersion_bound(a, var, n: int, t: float, cells: int) -> float:
+    """The exact-bound of :func:`dispersion_p_value` on a grid of ``cells`` cells on [0, t]."""
     below = np.zeros(cells)  # law of the rounded partial sum on cells 0 .. cells - 1
     below[0] = 1.0
-    for ai, vi in zip(a, var):
-        x = (support - n * ai) ** 2 / vi * (cells / t)
-        cell = np.minimum(np.ceil(x * (1 + 1e-12)), cells).astype(np.int64)  # up, never down
-        term = np.bincount(cell, weights=stats.binom.pmf(support, n, ai), minlength=cells + 1)
-        below = fft.irfft(fft.rfft(below, size) * fft.rfft(term[:cells], size), size)[:cells]
-        below = np.clip(below, 0.0, None)
+    for pmf, x in _term_laws(a, var, n, cells / t):
+        cell = np.ceil(x * (1 + 1e-12)).astype(np.int64)  # up, never down
+        below = _convolve_below(below, cell, pmf, cells)
     return float(min(1.0, max(0.0, 1.0 - below.sum())))
+
+
+def _hoeffding_bound(a, var, n: int, t: float, cells: int, eta: float) -> tuple[float, float]:
+    """``(p, slack)``: ``P(T >= t) <= P(R >= t*) + eta``.
+
+    Each term rounded to the nearest multiple of ``h = t / cells``: ``R = T + E`` with ``E``
+    the sum of the independent rounding errors, each in ``[-h/2, h/2]`` (a range of ``h``,
+    widened by 1e-9 for round-off), of exactly computed mean ``mu``. Hoeffding:
+    ``P(E < mu - delta) <= exp(-2 delta^2 / (dof h^2)) = eta``. With ``t* = min(t, t + mu -
+    delta)``, ``T >= t`` and ``R < t*`` need ``E < mu - delta``, so ``P(T >= t) <= P(R >= t*)
+    + eta``; ``P(R >= t*)`` is the mass of the cells from ``floor(t* / h)`` on (one cell more
+    than needed, never less). ``slack = t - floor(t* / h) h``, the most this may add to
+    ``T``."""
+    dof = a.size
+    h = t / cells
+    delta = h * (1 + 1e-9) * float(np.sqrt(dof * np.log(1 / eta) / 2))
+    below = np.zeros(cells)
+    below[0] = 1.0
+    mu = 0.0
+    for pmf, x in _term_laws(a, var, n, 1 / h):
+        cell = np.rint(x)
+        mu += float(np.dot(pmf, cell - x)) * h
+        below = _convolve_below(below, cell.astype(np.int64), pmf, cells)
+    t_star = min(t, t + mu - delta)
+    first = min(cells, int(np.floor(t_star / h))) if t_star > 0 else 0
+    p = 1.0 - below[:first].sum() + eta
+    return float(min(1.0, max(0.0, p))), float(t - first * h)
 
 
 def binomial_sum_p_value(probs, n: int, observed: int) -> float:

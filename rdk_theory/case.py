@@ -142,7 +142,7 @@ def _renormalised(x: np.ndarray) -> np.ndarray:
 def default_tau(calibration_probs) -> float:
     """``max_i Omega_ii``: then ``|B_ij| <= 1`` (Cauchy-Schwarz), the first-order regime; 1
     when every variance is 0 (centred as the kernels centre, so equal rows give exactly 0)."""
-    cal = np.asarray(calibration_probs, dtype=np.float64)
+    cal = np.asarray(as_calibration(calibration_probs), dtype=np.float64)  # as the kernels
     var = (centred_rows(cal) ** 2).mean(axis=0).max()
     return float(var) if var > 0 else 1.0
 

@@ -105,9 +105,12 @@ class FirstOrderCovarianceKernel:
     def _setup(self, factor, tau, engine, factor_dtype="float64", threads=None):
         """Precompute everything one call needs.
 
+        The factor's rows are re-centred, ``C - (row means) 1^T``, so that they sum to 0 to
+        round-off of their own size (the property that makes ``q''`` sum to ``sum q'``): a no-op
+        in exact arithmetic, and in float64 a change below the round-off of the rows' sums.
         With ``factor_dtype="float32"`` the kernel is, **[definition]**, the first-order kernel
         of ``C~ = round32(C) - (row means) 1^T``: the float32 rounding re-centred in float64 so
-        that its rows sum to 0 again (the property that makes ``q''`` sum to ``sum q'``). Every
+        that its rows sum to 0 again. Every
         engine computes that same kernel: the numpy engine from ``C~`` in float64, the fused
         engine from the float32 copy plus a per-row shift, so the engines still agree to
         float64 round-off. ``C~`` is within a relative 2^-24 (plus a shift of the same order)
@@ -130,7 +133,7 @@ class FirstOrderCovarianceKernel:
             # rows re-centred: their sums drift from 0 by the round-off of the calibration
             # rows' own sums, which a factor of tiny variances (nearly equal calibration
             # rows, a tau of 1e-30) turned into a q'' summing to 1 + 1e-2
-            c = c - (c.sum(axis=1) / c.shape[1])[:, None]
+            c -= (c.sum(axis=1) / c.shape[1])[:, None]  # c is the kernel's own copy
             stored, shift = c, np.zeros(c.shape[0])
         else:
             raise InputError(f"factor_dtype must be 'float64' or 'float32', got {factor_dtype!r}")
@@ -166,7 +169,9 @@ class FirstOrderCovarianceKernel:
                     factor_dtype: str = "float64", threads: int | None = None):
         """Build from a precomputed factor ``C`` (S or r, N) with ``Omega = C^T C``.
 
-        The factor is copied: later edits of the caller's array do not reach the kernel."""
+        The factor is copied (later edits of the caller's array do not reach the kernel) and
+        its rows re-centred (see :meth:`_setup`): ``kernel.factor`` may differ from it by the
+        row-sum drift the check allows."""
         tau = check_tau(tau)
         c = np.array(as_real_array(factor, "factor"), dtype=np.float64, order="C", copy=True)
         if c.ndim != 2 or c.shape[0] < 1 or c.shape[1] < 1 or not np.all(np.isfinite(c)):

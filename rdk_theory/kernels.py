@@ -290,8 +290,10 @@ def covariance_softmax_kernel(calibration_probs, tau: float) -> DenseKernel:
 def centred_rows(cal: np.ndarray) -> np.ndarray:
     """``P_c - mu`` of calibration rows (S, N), computed from the differences to the first row:
     ``d = P_c - p_1`` then ``d - mean(d)``. Where every row agrees on a token (one repeated
-    row, or a token no context gives mass) its column is exactly 0, and rows that differ by
-    little are centred to their differences' precision. The plain ``P_c - mean(P_c)`` left
+    row, or a token no context gives mass) its column is exactly 0, and rows that differ
+    little from the first are centred to their differences' precision (a column where the
+    first row is far from the others keeps an error of order eps times its entry, as the
+    plain centring has of order eps times the mean). The plain ``P_c - mean(P_c)`` left
     ulps of the mean there: a covariance of round-off that ``max_i Omega_ii`` (the default
     tau) scaled to order one, so the kernel of three equal rows came out as noise instead of
     the uniform kernel of ``Omega = 0``."""

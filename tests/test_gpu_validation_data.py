@@ -402,21 +402,80 @@ def test_a_chi_square_rejection_beyond_the_budget_is_confirmed_by_the_bound(n_te
     assert sum(law[k] for k, (p, _) in enumerate(results) if p <= level) <= level
     tails = sstats.chi2.sf((np.arange(n + 1) - n * a) ** 2 / (n * a * (1 - a)), 1)
     tails[10] = 0.0  # k = n a: T = 0, p = 1 at once
-    assert [m for _, m in results] == ["exact-bound" if tail <= level else "chi-square"
-                                       for tail in tails]
+    assert [m for _, m in results] == [
+        "exact-bound" if k == 10 else "hoeffding-bound" if tail <= level else "chi-square"
+        for k, tail in enumerate(tails)]
+
+
+def test_the_hoeffding_bound_is_never_below_the_exact_tail():
+    """Enumerating every joint count (up to 21^3): the bound after a chi-square rejection,
+    on grids from 8 cells (rounding errors as large as the terms) to 2048, with eta from 0.1
+    to 1e-4, is never below the exact tail P(T >= t), and never below eta. With t* moved the
+    wrong way (t + mu + delta) it went below the tail here, and without eta below eta. (With
+    no Hoeffding shift at all, delta = 0, it did not: on cases this small the rounding noise
+    alone keeps it above the tail; the shift is what makes it hold in the worst case.)"""
+    rng = np.random.default_rng(14)
+    for _ in range(60):
+        dof = int(rng.integers(1, 4))
+        n = int(rng.integers(2, 21))
+        a = rng.uniform(0.02, 0.98, dof)
+        k = rng.binomial(n, a)
+        var = n * a * (1 - a)
+        t = float(np.sum((k - n * a) ** 2 / var))
+        if t <= 0:
+            continue
+        exact = _exact_dispersion_tail(a, n, t)
+        for cells in (8, 64, 2048):
+            for eta in (0.1, 1e-2, 1e-4):
+                p, slack = agreement._hoeffding_bound(a, var, n, t, cells, eta)
+                assert p >= exact - 1e-12 and 0 <= slack <= t + 1e-12
+                assert p >= eta or p == 1.0
+
+
+def test_the_hoeffding_bound_refines_its_grid_only_while_undecided(monkeypatch):
+    """30 positions with n a (1 - a) of 6-20, counts two standard deviations off, no up-front
+    budget, a confirm budget of 2^15 cells per position and a slack of 0.01 asked for, at a
+    level equal to the chi-square tail (2.6e-13; the exact tail is 400 times that, so no
+    grid can decide): the grid runs 2048, 8192, 32768 (four times finer while the bound
+    stays above the level, never past the confirm budget) and the last bound is returned, a
+    pass. A gross deviation is decided on the first grid, with its slack reported."""
+    grids = []
+    real = agreement._hoeffding_bound
+
+    def spy(a, var, n, t, cells, eta):
+        grids.append(cells)
+        return real(a, var, n, t, cells, eta)
+
+    monkeypatch.setattr(agreement, "_hoeffding_bound", spy)
+    rng = np.random.default_rng(15)
+    n, a = 2000, rng.uniform(0.003, 0.01, 30)
+    sd = np.sqrt(n * a * (1 - a))
+    k = np.round(n * a + 2 * sd * rng.choice([-1, 1], a.size))
+    t = float(np.sum((k - n * a) ** 2 / sd ** 2))
+    level = float(sstats.chi2.sf(t, a.size))  # the tail is at the level: the bound decides
+    p, method, slack = agreement._dispersion(a, k, n, budget=0, slack_sd=0.01, level=level,
+                                             confirm_budget=30 * 2 ** 15)
+    assert grids == [2048, 8192, 32768] and method == "hoeffding-bound"
+    assert (p, slack * np.sqrt(60)) == real(a, n * a * (1 - a), n, t, 32768, level / 64)
+    assert p > 100 * level  # above the level on the finest grid allowed: a pass
+    grids.clear()
+    k = np.round(n * a + 4 * sd * rng.choice([-1, 1], a.size))
+    p, method, slack = agreement._dispersion(a, k, n, budget=0, level=1e-5)
+    assert grids == [2048] and method == "hoeffding-bound" and p <= 1e-5 and 0 < slack < 1
 
 
 def test_a_gross_dispersion_beyond_the_budget_is_rejected_on_the_coarse_grid():
     """600 positions, each count two standard deviations off in a random direction (so the
     sum is nearly unbiased and only the dispersion can see it): far beyond the up-front
     budget, the chi-square tail rejects and the first, coarse grid of the bound confirms it
-    (well under the level, at 4 dof standard deviations of T past its mean)."""
+    (well under the level: T is about 4 dof, some 50 standard deviations past its mean)."""
     rng = np.random.default_rng(13)
     n, a = 2000, rng.uniform(0.2, 0.8, 600)
     sd = np.sqrt(n * a * (1 - a))
     k = np.round(n * a + 2 * sd * rng.choice([-1, 1], a.size))
     res = agreement.binomial_agreement(a, k, n, 54)
-    assert res["dispersion_method"] == "exact-bound" and not res["pass"]
+    assert res["dispersion_method"] == "hoeffding-bound" and not res["pass"]
+    assert 0 < res["dispersion_slack_sd"] < 1  # coarse (0.4), but the deviation is gross
     assert res["p_dispersion"] <= res["test_level"] and res["p_aggregate"] > res["test_level"]
 
 
