@@ -340,19 +340,26 @@ def _exact_dispersion_tail(a, n, t):
     return float(law[stat >= t * (1 - 1e-12)].sum())
 
 
-def test_dispersion_p_value_brackets_the_exact_tail():
-    """Enumerating every joint count (up to 21^3): the p-value is never below the exact tail
-    P(T >= t), and at most the tail from ``t`` less the grid's stated slack,
-    DISPERSION_SLACK_SD standard deviations of T."""
-    rng = np.random.default_rng(11)
-    for _ in range(40):
+def _tiny_dispersion_cases(seed: int, count: int):
+    """``count`` cases ``(a, k, n, var, t)`` small enough to enumerate: 1-3 positions, 2-20
+    steps, counts drawn from the predicted binomials."""
+    rng = np.random.default_rng(seed)
+    for _ in range(count):
         dof = int(rng.integers(1, 4))
         n = int(rng.integers(2, 21))
         a = rng.uniform(0.02, 0.98, dof)
         k = rng.binomial(n, a)
+        var = n * a * (1 - a)
+        yield a, k, n, var, float(np.sum((k - n * a) ** 2 / var))
+
+
+def test_dispersion_p_value_brackets_the_exact_tail():
+    """Enumerating every joint count (up to 21^3): the p-value is never below the exact tail
+    P(T >= t), and at most the tail from ``t`` less the grid's stated slack,
+    DISPERSION_SLACK_SD standard deviations of T."""
+    for a, k, n, _, t in _tiny_dispersion_cases(11, 40):
         p, method = agreement.dispersion_p_value(a, k, n)
-        t = float(np.sum((k - n * a) ** 2 / (n * a * (1 - a))))
-        slack = agreement.DISPERSION_SLACK_SD * np.sqrt(2 * dof)
+        slack = agreement.DISPERSION_SLACK_SD * np.sqrt(2 * a.size)
         assert method == "exact-bound"
         assert p >= _exact_dispersion_tail(a, n, t) - 1e-12
         assert p <= _exact_dispersion_tail(a, n, t - slack) + 1e-12
@@ -414,14 +421,7 @@ def test_the_hoeffding_bound_is_never_below_the_exact_tail():
     wrong way (t + mu + delta) it went below the tail here, and without eta below eta. (With
     no Hoeffding shift at all, delta = 0, it did not: on cases this small the rounding noise
     alone keeps it above the tail; the shift is what makes it hold in the worst case.)"""
-    rng = np.random.default_rng(14)
-    for _ in range(60):
-        dof = int(rng.integers(1, 4))
-        n = int(rng.integers(2, 21))
-        a = rng.uniform(0.02, 0.98, dof)
-        k = rng.binomial(n, a)
-        var = n * a * (1 - a)
-        t = float(np.sum((k - n * a) ** 2 / var))
+    for a, k, n, var, t in _tiny_dispersion_cases(14, 60):
         if t <= 0:
             continue
         exact = _exact_dispersion_tail(a, n, t)
