@@ -191,32 +191,37 @@ def _dispersion(predicted, accepted, n, budget=DISPERSION_BUDGET, slack_sd=DISPE
         grid = min(finest, 4 * grid)
 
 
-def _term_laws(a, var, n: int, scale: float):
-    """Per position: the binomial law of ``k`` and ``T_i(k) * scale`` on its whole support."""
-    support = np.arange(n + 1)
-    for ai, vi in zip(a, var):
-        yield stats.binom.pmf(support, n, ai), (support - n * ai) ** 2 / vi * scale
-
-
-def _convolve_below(below, cell, pmf, cells: int):
-    """The law ``below`` (cells ``0 .. cells - 1``) of a partial sum plus one term whose cell is
-    ``cell`` with probability ``pmf``; mass reaching ``cells`` or more is dropped (final, as
-    terms are nonnegative)."""
+def _rounded_sum_law(a, var, n: int, t: float, cells: int, nearest: bool):
+    """``(below, mu)``: the law, on cells ``0 .. cells - 1`` of width ``h = t / cells``, of the
+    sum of the terms ``T_i`` each rounded up (``nearest=False``) or to the nearest cell, and
+    ``mu``, the rounding errors' summed mean (0 when rounding up, where it is not used). Mass
+    reaching ``cells`` or more is dropped: final, as the terms are nonnegative. Convolved one
+    position at a time by FFT (round-off ~1e-13)."""
     from scipy import fft
 
     size = fft.next_fast_len(2 * cells, real=True)
-    term = np.bincount(np.minimum(cell, cells), weights=pmf, minlength=cells + 1)
-    below = fft.irfft(fft.rfft(below, size) * fft.rfft(term[:cells], size), size)[:cells]
-    return np.clip(below, 0.0, None)
+    support = np.arange(n + 1)
+    below = np.zeros(cells)  # law of the rounded partial sum on cells 0 .. cells - 1
+    below[0] = 1.0
+    mu = 0.0
+    for ai, vi in zip(a, var):
+        pmf = stats.binom.pmf(support, n, ai)
+        x = (support - n * ai) ** 2 / vi * (cells / t)  # T_i(k) in cells
+        if nearest:
+            cell = np.rint(x)
+            mu += float(np.dot(pmf, cell - x)) * (t / cells)
+        else:
+            cell = np.ceil(x * (1 + 1e-12))  # up, never down
+        term = np.bincount(np.minimum(cell, cells).astype(np.int64), weights=pmf,
+                           minlength=cells + 1)
+        below = fft.irfft(fft.rfft(below, size) * fft.rfft(term[:cells], size), size)[:cells]
+        below = np.clip(below, 0.0, None)
+    return below, mu
 
 
 def _dispersion_bound(a, var, n: int, t: float, cells: int) -> float:
     """The exact-bound of :func:`dispersion_p_value` on a grid of ``cells`` cells on [0, t]."""
-    below = np.zeros(cells)  # law of the rounded partial sum on cells 0 .. cells - 1
-    below[0] = 1.0
-    for pmf, x in _term_laws(a, var, n, cells / t):
-        cell = np.ceil(x * (1 + 1e-12)).astype(np.int64)  # up, never down
-        below = _convolve_below(below, cell, pmf, cells)
+    below, _ = _rounded_sum_law(a, var, n, t, cells, nearest=False)
     return float(min(1.0, max(0.0, 1.0 - below.sum())))
 
 
@@ -231,16 +236,9 @@ def _hoeffding_bound(a, var, n: int, t: float, cells: int, eta: float) -> tuple[
     + eta``; ``P(R >= t*)`` is the mass of the cells from ``floor(t* / h)`` on (one cell more
     than needed, never less). ``slack = t - floor(t* / h) h``, the most this may add to
     ``T``."""
-    dof = a.size
     h = t / cells
-    delta = h * (1 + 1e-9) * float(np.sqrt(dof * np.log(1 / eta) / 2))
-    below = np.zeros(cells)
-    below[0] = 1.0
-    mu = 0.0
-    for pmf, x in _term_laws(a, var, n, 1 / h):
-        cell = np.rint(x)
-        mu += float(np.dot(pmf, cell - x)) * h
-        below = _convolve_below(below, cell.astype(np.int64), pmf, cells)
+    delta = h * (1 + 1e-9) * float(np.sqrt(a.size * np.log(1 / eta) / 2))
+    below, mu = _rounded_sum_law(a, var, n, t, cells, nearest=True)
     t_star = min(t, t + mu - delta)
     first = min(cells, int(np.floor(t_star / h))) if t_star > 0 else 0
     p = 1.0 - below[:first].sum() + eta
