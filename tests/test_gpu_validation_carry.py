@@ -106,7 +106,10 @@ def test_recipe_stash_then_run_refuses_a_corrupted_model(tmp_path):
     carry.split(src, tmp_path / "carried", KIB)
     (tmp_path / "carried" / "w").mkdir()
     (tmp_path / "carried" / "w" / "gguf-0.0-py3-none-any.whl").write_bytes(b"")
-    env = {"RDK_STASH": str(tmp_path / "stash"), "OUT": str(tmp_path / "out")}
+    # the cache named too: one inherited from the environment may already hold the real GGUF,
+    # and then `run` skips the join and starts a whole validation (seen on the GPU machine)
+    env = {"RDK_STASH": str(tmp_path / "stash"), "OUT": str(tmp_path / "out"),
+           "RDK_THEORY_CACHE": str(tmp_path / "stash" / "cache")}
     r = _recipe(["stash", str(tmp_path / "carried")], env)
     assert r.returncode == 0, r.stderr
     assert "4 chunk file(s), 1 wheel(s)" in r.stdout  # 3 chunks + manifest, 1 wheel
