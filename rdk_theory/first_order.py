@@ -27,16 +27,19 @@ truncated rank) and the blas engine, with float64 products, for a larger factor 
 calibration factor, where BLAS products beat hand-written loops); otherwise the numpy engine.
 The engines agree to float64 round-off, with one exception that must be asked for:
 ``engine="blas"`` with ``factor_dtype="float32"`` computes the two products in float32
-arithmetic (see :mod:`rdk_theory._blocked` for its error bound). Torch tensors always take
-the array path of their own backend; exact ``Fraction`` arrays are read as float64 first (the
-kernel's numbers are floats) and then go where a float64 array goes.
+arithmetic (see :mod:`rdk_theory._blocked` for its error bound). Torch tensors take the array
+path of their own backend, except that with ``engine="auto"`` float32 CUDA tensors take the
+Triton engine when triton imports (:mod:`rdk_theory._triton`: one cuBLAS product and one fused
+pass, the torch path's numbers to float32 round-off, CUDA graph capture included); exact
+``Fraction`` arrays are read as float64 first (the kernel's numbers are floats) and then go
+where a float64 array goes.
 """
 from __future__ import annotations
 
 import numpy as np
 
 from . import _backend as B
-from . import _blocked, _fused
+from . import _blocked, _fused, _triton
 from .acceptance import acceptance_rate
 from .kernels import _centred_factor, _DeviceCache, check_width
 from ._fused import _F64
@@ -72,7 +75,8 @@ class FirstOrderCovarianceKernel:
       calibration_probs: (S, N_T) calibration next-token distributions ``p_c``.
       tau: softmax temperature (> 0); the approximation error shrinks as ``tau`` grows.
       rank: optional truncation of ``C`` to its top ``rank`` singular directions.
-      engine: ``"auto"``, ``"fused"``, ``"blas"`` or ``"numpy"`` (see the module docstring).
+      engine: ``"auto"``, ``"fused"``, ``"blas"`` or ``"numpy"`` (see the module docstring;
+        ``"numpy"`` also keeps float32 CUDA tensors on the torch path instead of Triton).
       factor_dtype: ``"float64"`` (default) or ``"float32"``: store ``C`` rounded to float32,
         which halves the bytes the fused engine reads per call (see :meth:`_setup`); with
         ``engine="blas"`` it also makes the two products float32 arithmetic.
@@ -242,6 +246,8 @@ class FirstOrderCovarianceKernel:
         engine = self._route(q_prime)
         if engine:
             return self._run(engine, q_prime, None, normalise)[0]
+        if _triton.usable(self, q_prime, None):
+            return _triton.first_order(self, q_prime, None, normalise=normalise)[0]
         if normalise:
             q_prime = B.safe_divide(q_prime, B.total(q_prime, keepdims=True))
         out = self.transport_unclipped(q_prime)
@@ -273,6 +279,8 @@ class FirstOrderCovarianceKernel:
         engine = self._route(q_prime)
         if engine and _target_fits(target_probs, q_prime):
             return self._run(engine, q_prime, target_probs, normalise)
+        if not engine and _triton.usable(self, q_prime, target_probs):
+            return _triton.first_order(self, q_prime, target_probs, normalise=normalise)
         out = self.transport(q_prime, normalise=normalise)
         # mixed numpy/torch input: the acceptance is computed on the tensor's device
         return out, acceptance_rate(*same_backend(target_probs, out, ("target_probs", "q_prime")),

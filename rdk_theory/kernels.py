@@ -42,11 +42,13 @@ class _DeviceCache:
         self._cache = {}
 
     def get(self, key, array, like):
+        """The copy of ``array`` on ``like``'s device and dtype; ``array`` may be a function
+        that builds it, called only when no copy is kept yet."""
         import torch
 
         k = (key, str(like.device), like.dtype)
         if k not in self._cache:
-            array = np.asarray(array)
+            array = np.asarray(array() if callable(array) else array)
             if array.dtype == object:  # Fractions (an exact kernel) meet a float tensor
                 array = array.astype(np.float64)
             self._cache[k] = torch.as_tensor(array, dtype=like.dtype, device=like.device)

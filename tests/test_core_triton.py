@@ -1,0 +1,210 @@
+"""The Triton engine of first-order RDK (rdk_theory._triton) against the float64 reference.
+
+The engine runs only on CUDA: those tests are marked ``gpu`` and skip without a CUDA device or
+triton (CI has neither). The routing tests at the end run everywhere.
+"""
+import numpy as np
+import pytest
+
+import rdk_theory as rt
+from rdk_theory import _triton
+from tests.tolerances import FLOAT32_ATOL, assert_close
+
+torch = pytest.importorskip("torch")
+
+CUDA = torch.cuda.is_available() and _triton.available()
+needs_cuda = pytest.mark.skipif(not CUDA, reason="needs a CUDA device and triton")
+
+
+def _laws(rng, shape, sharp=2.0):
+    x = np.exp(rng.standard_normal(shape) * sharp)
+    return x / x.sum(-1, keepdims=True)
+
+
+@pytest.fixture
+def spy(monkeypatch):
+    """Counts the calls that reach the Triton engine, and sends calls of any size there (by
+    default small ones take the torch path, test_small_calls_keep_the_torch_path)."""
+    monkeypatch.setattr(_triton, "MIN_ELEMENTS", 0)
+    calls = []
+    real = _triton.first_order
+
+    def counted(*args, **kwargs):
+        calls.append(args[1].shape)
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(_triton, "first_order", counted)
+    return calls
+
+
+def _cuda32(a):
+    return torch.as_tensor(a, dtype=torch.float32, device="cuda")
+
+
+# (batch shape, N, calibration rows S, tau): a batch of 1 and ones that are not multiples of the
+# 16-row step, vocabularies not multiples of a block (and one below a block), S from 1 to 300
+# (K = 16, 64, 512 and BLOCK_N = 128, 128, 16), tau from the smooth to the clipping regime
+CASES = [((1,), 5, 1, 1.0), ((3,), 130, 3, 0.01), ((17,), 200, 20, 0.05), ((40,), 1000, 64, 1e-3),
+         ((2, 9), 257, 8, 10.0), ((5,), 3000, 300, 1e-2), ((21,), 25, 30, 1e-4),
+         ((33,), 1000, 64, 1e-6)]
+
+
+@pytest.mark.gpu
+@needs_cuda
+@pytest.mark.parametrize("normalise", [True, False])
+@pytest.mark.parametrize("batch, n, s, tau", CASES)
+def test_triton_engine_matches_the_float64_reference(spy, batch, n, s, tau, normalise):
+    rng = np.random.default_rng(n + s)
+    cal = _laws(rng, (s, n))
+    fo, ref = rt.FirstOrderCovarianceKernel(cal, tau), rt.FirstOrderCovarianceKernel(
+        cal, tau, engine="numpy")
+    r = _laws(rng, (*batch, n)) * rng.uniform(0.5, 2.0, (*batch, 1))
+    r.reshape(-1, n)[0, : n // 2] = 0  # a row with zeros
+    if r.reshape(-1, n).shape[0] > 2:
+        r.reshape(-1, n)[1] = 0  # a row of zeros: zero proposal, zero acceptance
+    p = _laws(rng, (*batch, n))
+    want_out, want_alpha = ref.transport_with_acceptance(r, p, normalise=normalise)
+    got_out, got_alpha = fo.transport_with_acceptance(_cuda32(r), _cuda32(p), normalise=normalise)
+    only_out = fo.transport(_cuda32(r), normalise=normalise)
+    assert len(spy) == 2  # both calls ran on the Triton engine
+    assert got_out.shape == r.shape and got_alpha.shape == batch and got_out.is_cuda
+    assert_close(got_out.double().cpu().numpy(), want_out, rtol=0, atol=FLOAT32_ATOL)
+    assert_close(only_out.double().cpu().numpy(), want_out, rtol=0, atol=FLOAT32_ATOL)
+    assert_close(got_alpha.double().cpu().numpy(), want_alpha, rtol=0, atol=FLOAT32_ATOL)
+    assert float(got_out.min()) >= 0
+    sums = got_out.double().sum(-1).cpu().numpy()
+    assert_close(sums, (r.sum(-1) > 0) if normalise else r.sum(-1), rtol=0, atol=FLOAT32_ATOL)
+
+
+@pytest.mark.gpu
+@needs_cuda
+def test_the_clip_is_exercised_and_matches(spy):
+    """A tau that makes negative entries in most rows: the rows are clipped and rescaled and
+    their acceptance recomputed, as on the torch path (which runs with engine="numpy")."""
+    rng = np.random.default_rng(5)
+    cal, r, p = _laws(rng, (64, 1000)), _laws(rng, (50, 1000)), _laws(rng, (50, 1000))
+    fo = rt.FirstOrderCovarianceKernel(cal, 1e-6)
+    torch_path = rt.FirstOrderCovarianceKernel(cal, 1e-6, engine="numpy")
+    raw = torch_path.transport_unclipped(r / r.sum(-1, keepdims=True))
+    assert (raw < 0).any(-1).sum() >= 25
+    got = fo.transport_with_acceptance(_cuda32(r), _cuda32(p), normalise=True)
+    want = torch_path.transport_with_acceptance(_cuda32(r), _cuda32(p), normalise=True)
+    assert len(spy) == 1
+    for g, w in zip(got, want):
+        assert_close(g.double().cpu().numpy(), w.double().cpu().numpy(), rtol=0,
+                     atol=FLOAT32_ATOL)
+
+
+@pytest.mark.gpu
+@needs_cuda
+def test_the_decode_call_runs_on_triton_and_agrees(spy):
+    """rdk_proposal_with_acceptance from the drafter's q on CUDA float32 tensors (TLI's division
+    folded into the engine) against the numpy float64 call."""
+    rng = np.random.default_rng(7)
+    n, kept = 4000, 1500
+    vm = rt.VocabMap.from_kept_ids(np.sort(rng.choice(n, kept, replace=False)), n)
+    cal, p, q = _laws(rng, (64, n)), _laws(rng, (64, n)), _laws(rng, (64, kept))
+    fo = rt.FirstOrderCovarianceKernel(cal, 0.01)
+    want = rt.rdk_proposal_with_acceptance(p, q, vm, fo)
+    got = rt.rdk_proposal_with_acceptance(_cuda32(p), _cuda32(q), vm, fo)
+    assert len(spy) == 1
+    for g, w in zip(got, want):
+        assert_close(g.double().cpu().numpy(), w, rtol=0, atol=FLOAT32_ATOL)
+
+
+@pytest.mark.gpu
+@needs_cuda
+def test_other_cuda_calls_keep_the_torch_path(spy):
+    """float64 tensors and engine="numpy" do not reach the kernel; with a target that
+    broadcasts, the proposal comes from the kernel and the acceptance from acceptance_rate; an
+    empty batch gets empty results."""
+    rng = np.random.default_rng(8)
+    cal, r, p = _laws(rng, (16, 500)), _laws(rng, (8, 500)), _laws(rng, (8, 500))
+    fo = rt.FirstOrderCovarianceKernel(cal, 1e-5)
+    ref = rt.FirstOrderCovarianceKernel(cal, 1e-5, engine="numpy").transport(r, normalise=True)
+    out64 = fo.transport(torch.as_tensor(r, device="cuda"), normalise=True)
+    assert_close(out64.cpu().numpy(), ref, rtol=0, atol=FLOAT32_ATOL)
+    torch_path = rt.FirstOrderCovarianceKernel(cal, 1e-5, engine="numpy")
+    torch_path.transport(_cuda32(r), normalise=True)
+    assert spy == []
+    _, alpha = fo.transport_with_acceptance(_cuda32(r), _cuda32(p[0]), normalise=True)
+    assert spy == [(8, 500)]  # transport only: the target is not of the proposal's shape
+    assert_close(alpha.double().cpu().numpy(),
+                 [float(np.minimum(p[0], x).sum()) for x in ref], rtol=0, atol=FLOAT32_ATOL)
+    out, alpha = fo.transport_with_acceptance(_cuda32(r[:0]), _cuda32(p[:0]), normalise=True)
+    assert out.shape == (0, 500) and alpha.shape == (0,) and len(spy) == 2
+
+
+@pytest.mark.gpu
+@needs_cuda
+def test_a_cuda_graph_captures_the_kernel_and_its_sync_free_clip(spy):
+    """After one eager call, the call is captured (the kernel and a clip with no host sync) and
+    the replay, on new inputs copied into the captured tensors, gives the float64 numbers;
+    some rows need the clip and some do not."""
+    rng = np.random.default_rng(10)
+    cal = _laws(rng, (16, 500))
+    fo = rt.FirstOrderCovarianceKernel(cal, 1e-5)
+    ref = rt.FirstOrderCovarianceKernel(cal, 1e-5, engine="numpy")
+    x, y = _cuda32(_laws(rng, (24, 500))), _cuda32(_laws(rng, (24, 500)))
+    fo.transport_with_acceptance(x, y, normalise=True)  # compiles the kernel, builds the arrays
+    stream = torch.cuda.Stream()
+    stream.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(stream):
+        fo.transport_with_acceptance(x, y, normalise=True)
+    torch.cuda.current_stream().wait_stream(stream)
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        out, alpha = fo.transport_with_acceptance(x, y, normalise=True)
+    assert len(spy) == 3  # eager, side stream, capture: all on the kernel
+    r, p = _laws(rng, (24, 500), 3.0), _laws(rng, (24, 500))
+    r[5] = 0
+    clipped = (ref.transport_unclipped(r / np.maximum(r.sum(-1, keepdims=True), 1e-300)) < 0)
+    assert 0 < clipped.any(-1).sum() < 23
+    x.copy_(_cuda32(r))
+    y.copy_(_cuda32(p))
+    graph.replay()
+    torch.cuda.synchronize()
+    want_out, want_alpha = ref.transport_with_acceptance(r, p, normalise=True)
+    assert_close(out.double().cpu().numpy(), want_out, rtol=0, atol=FLOAT32_ATOL)
+    assert_close(alpha.double().cpu().numpy(), want_alpha, rtol=0, atol=FLOAT32_ATOL)
+
+
+@pytest.mark.gpu
+@needs_cuda
+def test_small_calls_keep_the_torch_path(monkeypatch):
+    """By default a call on fewer than MIN_ELEMENTS elements takes the torch path and one on
+    more takes the kernel, with the same numbers."""
+    calls = []
+    real = _triton.first_order
+    monkeypatch.setattr(_triton, "first_order",
+                        lambda *a, **k: calls.append(a[1].shape) or real(*a, **k))
+    rng = np.random.default_rng(11)
+    n = 1 << 20
+    fo = rt.FirstOrderCovarianceKernel(_laws(rng, (4, n)), 0.01)
+    r, p = _cuda32(_laws(rng, (16, n))), _cuda32(_laws(rng, (16, n)))
+    small = fo.transport_with_acceptance(r[:15], p[:15], normalise=True)
+    assert calls == [] and _triton.MIN_ELEMENTS == 16 * n
+    big = fo.transport_with_acceptance(r, p, normalise=True)
+    assert calls == [(16, n)]
+    for s, b in zip(small, big):
+        assert_close(s.double().cpu().numpy(), b[:15].double().cpu().numpy(), rtol=0,
+                     atol=FLOAT32_ATOL)
+
+
+def test_cpu_tensors_and_arrays_never_route_to_triton(spy):
+    """Runs everywhere: CPU tensors (float32 too) and numpy arrays take their own paths."""
+    rng = np.random.default_rng(9)
+    cal, r = _laws(rng, (8, 50)), _laws(rng, (3, 50))
+    fo = rt.FirstOrderCovarianceKernel(cal, 0.1)
+    for x in (r, torch.tensor(r), torch.tensor(r, dtype=torch.float32)):
+        assert not _triton.usable(fo, x, None)
+        fo.transport(x)
+    assert spy == []
+
+
+@pytest.mark.parametrize("s, k, block", [(1, 16, 128), (16, 16, 128), (17, 32, 128),
+                                         (64, 64, 128), (65, 128, 64), (300, 512, 16)])
+def test_padding_and_block_sizes(s, k, block):
+    """K is a power of two of at least 16 (tl.dot), and K * BLOCK_N stays at 8192 floats of
+    registers (BLOCK_N between 16 and 128)."""
+    assert _triton.padded_rows(s) == k and _triton.block_n(k) == block
