@@ -13,8 +13,8 @@ call of ``transport_with_acceptance(r, p, normalise=True)`` is:
 2. one Triton kernel over the vocabulary in blocks of ``BLOCK_N`` columns. A program holds its
    block of ``R = [C / tau ; 0]`` ((K, BLOCK_N)) and of ``coef`` in registers and walks its rows
    ``BLOCK_B`` at a time: ``x = (w[:, :K] R + sum v + r coef) / sum r`` (``tl.dot`` at
-   :data:`PRECISION`: float32 accuracy, never plain TF32), writes ``x`` and the block's ``min x``, ``sum max(x, 0)`` and
-   ``sum min(p, x)`` per row;
+   :data:`PRECISION`: float32 accuracy, never plain TF32), writes ``x`` and the block's
+   ``min x``, ``sum max(x, 0)`` and ``sum min(p, x)`` per row;
 3. those partials reduced per row (small torch reductions), and a second Triton kernel over
    (row, block of 1024 columns) whose programs return at once unless their row has a negative
    entry; such a row is clipped at 0, rescaled to ``sum q'`` and its acceptance summed again,
@@ -87,16 +87,15 @@ def block_n(k: int) -> int:
 
 def usable(kernel, q_prime, target_probs) -> bool:
     """Whether the call goes to this engine: an ``"auto"`` kernel of at most
-    :data:`MAX_ROWS` factor rows, a float32 CUDA tensor with at least one axis and
-    :data:`MIN_ELEMENTS` elements (and a target of
-    the same shape, dtype and device when one is given), triton importable. Anything else
-    takes the torch path."""
+    :data:`MAX_ROWS` factor rows, a float32 CUDA tensor of at least :data:`MIN_ELEMENTS`
+    elements (and a target of the same shape, dtype and device when one is given), triton
+    importable. Anything else takes the torch path."""
     if kernel.engine != "auto" or not B.is_torch(q_prime) or not q_prime.is_cuda:
         return False
     import torch
 
-    if (q_prime.dtype != torch.float32 or q_prime.ndim == 0 or q_prime.numel() < MIN_ELEMENTS
-            or kernel.factor.shape[0] > MAX_ROWS):
+    if (q_prime.dtype != torch.float32 or q_prime.numel() < MIN_ELEMENTS
+            or kernel.factor.shape[0] > MAX_ROWS):  # q_prime has N on its last axis (checked)
         return False
     if target_probs is not None and not (
             B.is_torch(target_probs) and target_probs.shape == q_prime.shape
