@@ -23,8 +23,8 @@ import numpy as np
 from .first_order import FirstOrderCovarianceKernel
 from .kernels import (CovarianceSoftmaxKernel, DenseKernel, IdentityKernel, MarginalKernel,
                       centred_rows)
-from .validation import (InputError, as_calibration, as_prob_array, as_real_array, check_tau,
-                         known_shape, real_number)
+from .validation import (KERNEL_ATOL, InputError, as_calibration, as_prob_array, as_real_array,
+                         check_tau, known_shape, real_number, rounding_atol)
 from .vocab import VocabMap
 
 KERNEL_CHOICES = ("identity", "marginal", "covariance", "dense")
@@ -130,7 +130,8 @@ def case_from_arrays(*, target_probs=None, draft_probs=None, draft_to_target=Non
         ker = as_real_array(kernel, "kernel")
         if ker.shape != (p.shape[1], p.shape[1]):
             raise InputError(f"kernel must be ({p.shape[1]}, {p.shape[1]}), got {ker.shape}")
-        ker = DenseKernel(ker, name="kernel").matrix  # finite, >= 0, rows sum to 1
+        # finite, >= 0, rows within the tolerance of the file's dtype, then renormalised
+        ker = DenseKernel(ker, name="kernel", atol=rounding_atol(kernel, KERNEL_ATOL)).matrix
     return Case(_renormalised(p), _renormalised(q), vm, cal, ker)
 
 

@@ -29,9 +29,9 @@ import numpy as np
 
 from . import _backend as B
 from ._progress import progress
-from .validation import (InputError, as_calibration, as_count, as_prob_array, as_real_array,
-                         check_nonnegative, check_row_stochastic, check_tau, is_rational_array,
-                         known_shape, real_number)
+from .validation import (KERNEL_ATOL, InputError, as_calibration, as_count, as_prob_array,
+                         as_real_array, check_nonnegative, check_row_stochastic, check_tau,
+                         is_rational_array, known_shape, real_number, rounding_atol)
 from .vocab import check_vocab_map
 
 
@@ -86,6 +86,27 @@ def _shares_memory(array: np.ndarray, source) -> bool:
     return B.is_torch(source) and source.device.type == "cpu"
 
 
+def _off_one(sums: np.ndarray, n: int) -> np.ndarray:
+    """Rows whose float64 sum ``sums`` misses 1 by more than the round-off of summing ``n``
+    entries of a row that does sum to 1 (so a renormalised row is never flagged again)."""
+    return np.abs(sums - 1) > 2 * n * np.finfo(np.float64).eps
+
+
+def _rows_renormalised(m: np.ndarray, sums: np.ndarray, *, owned: bool) -> np.ndarray:
+    """``m`` with each row that misses 1 beyond round-off (:func:`_off_one`) divided by its sum
+    ``sums`` (validated within tolerance of 1, so never 0). A kernel accepted within
+    ``KERNEL_ATOL`` of row-stochastic would otherwise create or lose mass ``sum - 1`` per row:
+    its proposal would sum to ``1 +- 1e-6`` and its acceptance be off by as much. In place when
+    ``m`` is the kernel's own array (``owned``); else a new array, the caller's left as it was."""
+    off = _off_one(sums, m.shape[1])
+    if not off.any():
+        return m
+    if not owned:
+        m = m.copy()
+    m[off] /= sums[off, None]
+    return m
+
+
 class IdentityKernel:
     """``M = I``: exact RDK with this kernel equals TLI (statement O3)."""
 
@@ -101,11 +122,17 @@ class IdentityKernel:
 class DenseKernel:
     """A user-given dense row-stochastic matrix (N_T, N_T); float64 or ``Fraction`` entries.
 
+    Float rows must sum to 1 within ``KERNEL_ATOL`` (a float16 or bfloat16 matrix: within its
+    dtype's eps, which its rounding alone can take; ``atol`` overrides this, for a matrix
+    already converted from such a dtype) and are then divided by their sums, so
+    that the kernel moves mass without creating any; ``Fraction`` rows must sum to 1 exactly.
     The matrix is copied (later edits of the caller's array would bypass the checks); for a
     kernel too large to hold twice, ``copy=False`` keeps the caller's array, which the caller
-    must then leave unchanged."""
+    must then leave unchanged (a float64 matrix with a row to renormalise is copied even
+    then: the caller's array is never written)."""
 
-    def __init__(self, matrix, *, check: bool = True, name: str = "kernel", copy: bool = True):
+    def __init__(self, matrix, *, check: bool = True, name: str = "kernel", copy: bool = True,
+                 atol: float | None = None):
         exact = isinstance(matrix, np.ndarray) and matrix.dtype == object
         if exact:  # Fractions (the exact tier): anything else in an object array is refused
             bad = next((v for v in matrix.flat if not isinstance(v, numbers.Real)), None)
@@ -120,7 +147,11 @@ class DenseKernel:
         if check:
             check_nonnegative(m, name)
             with np.errstate(over="ignore"):  # a sum of huge entries is inf: reported
-                check_row_stochastic(m.sum(axis=1), name)
+                sums = m.sum(axis=1)
+            check_row_stochastic(sums, name, rounding_atol(matrix, KERNEL_ATOL)
+                                 if atol is None else atol)
+            if not exact:
+                m = _rows_renormalised(m, sums, owned=not _shares_memory(m, matrix))
         self.matrix = m
         self.n = int(m.shape[0])
         self._torch = _DeviceCache()
@@ -137,7 +168,8 @@ class DenseKernel:
 
 
 class SparseKernel:
-    """A ``scipy.sparse`` row-stochastic matrix (N_T, N_T)."""
+    """A ``scipy.sparse`` row-stochastic matrix (N_T, N_T), held as its own float64 CSR copy;
+    rows are checked and renormalised as :class:`DenseKernel`'s."""
 
     def __init__(self, matrix, *, check: bool = True, name: str = "kernel"):
         import scipy.sparse as sp
@@ -152,7 +184,12 @@ class SparseKernel:
             raise InputError(f"{name} must be square, got shape {m.shape}")
         if check:
             check_nonnegative(m.data, name)
-            check_row_stochastic(np.asarray(m.sum(axis=1)).ravel(), name)
+            sums = np.asarray(m.sum(axis=1)).ravel()
+            check_row_stochastic(sums, name, rounding_atol(matrix, KERNEL_ATOL))
+            off = _off_one(sums, m.shape[1])
+            if off.any():  # scale the stored entries of those rows (a row's nonzeros are
+                # data[indptr[i]:indptr[i + 1]]); the other rows are multiplied by 1, exactly
+                m.data *= np.repeat(np.where(off, 1 / sums, 1.0), np.diff(m.indptr))
         self.matrix = m
         self.matrix_t = m.T.tocsr()
         self.n = int(m.shape[0])

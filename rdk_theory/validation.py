@@ -63,9 +63,7 @@ def as_prob_array(x, name: str, *, allow_sub_stochastic: bool = False, atol: flo
             if s > 1 or (not allow_sub_stochastic and s != 1):
                 raise InputError(f"{name} must sum to 1 exactly along its last axis, got {s}")
         return arr
-    given = getattr(x, "dtype", None)
-    if isinstance(given, np.dtype) and given.kind == "f" and np.finfo(given).eps > atol:
-        atol = float(np.finfo(given).eps)  # float16 rows miss 1 by their rounding (as on torch)
+    atol = rounding_atol(x, atol)  # float16 rows miss 1 by their rounding (as on torch)
     arr = as_real_array(x, name)
     if arr.ndim == 0 or arr.shape[-1] == 0:
         raise InputError(f"{name} must have a non-empty last axis, got shape {arr.shape}")
@@ -93,6 +91,22 @@ def as_prob_array(x, name: str, *, allow_sub_stochastic: bool = False, atol: flo
             f"row {idx} sums to {s:.8g}"
         )
     return arr
+
+
+def rounding_atol(x, atol: float) -> float:
+    """``atol``, or the machine epsilon of ``x``'s floating dtype where that is larger (numpy
+    float16, torch float16 and bfloat16: 9.8e-4 and 7.8e-3): values stored in such a dtype
+    miss their exact sums by their own rounding, whatever ``atol`` allows."""
+    given = getattr(x, "dtype", None)
+    if isinstance(given, np.dtype):
+        eps = float(np.finfo(given).eps) if given.kind == "f" else 0.0
+    elif _is_torch(x) and x.is_floating_point():
+        import torch
+
+        eps = float(torch.finfo(x.dtype).eps)
+    else:
+        eps = 0.0
+    return max(float(atol), eps)
 
 
 def known_shape(x) -> tuple | None:
@@ -308,9 +322,9 @@ def _check_torch_probs(x, name, allow_sub_stochastic, atol):
         x = x.to(torch.float64)
     if not torch.isfinite(x).all():
         raise InputError(f"{name} has a non-finite value")
-    if x.dtype in (torch.float16, torch.bfloat16):  # a half-precision softmax misses 1 by its
-        atol = max(atol, torch.finfo(x.dtype).eps)  # rounding (bf16: <= eps / 2 in all; fp16
-        # also flushes entries below 6e-8 to 0, which over a long tail can miss by more: upcast)
+    # a half-precision softmax misses 1 by its rounding (bf16: <= eps / 2 in all; fp16 also
+    # flushes entries below 6e-8 to 0, which over a long tail can miss by more: upcast)
+    atol = rounding_atol(x, atol)
     if (x < 0).any():
         if (x < -NEG_ATOL).any():
             raise InputError(f"{name} has a negative probability (min {x.min().item()!r}, "

@@ -339,6 +339,27 @@ def test_float16_rows_within_their_rounding_are_read(tmp_path, capsys):
     assert json.loads(out16) == json.loads(out64)
 
 
+@pytest.mark.parametrize("dtype", [np.float64, np.float16])
+def test_a_kernel_within_its_tolerance_is_read_renormalised(tmp_path, capsys, dtype):
+    """A case's kernel whose rows miss 1 within the stated tolerance (8e-7 in float64; 3.7e-4
+    in float16, its rounding) gives exactly the numbers of the kernel renormalised: exact RDK's
+    acceptance is not off by the rows' excess mass."""
+    rng = np.random.default_rng(4)
+    m = rng.dirichlet(np.ones(12), size=12)
+    m = (m * (1 + rng.uniform(-8e-7, 8e-7, size=(12, 1))) if dtype == np.float64
+         else (np.full((12, 12), 1 / 12) * 1.0004).astype(np.float16))
+    stored = m.astype(np.float64)
+    _write_case(tmp_path / "off.npz", kernel=m)
+    _write_case(tmp_path / "fixed.npz", kernel=stored / stored.sum(axis=1, keepdims=True))
+    code, off, err = _run(capsys, "acceptance", str(tmp_path / "off.npz"), "--kernel", "dense",
+                          "--json")
+    assert code == 0, err
+    code, fixed, _ = _run(capsys, "acceptance", str(tmp_path / "fixed.npz"), "--kernel",
+                          "dense", "--json")
+    got, want = json.loads(off)["rdk_exact"], json.loads(fixed)["rdk_exact"]
+    assert_close(np.array(got["per_context"]), np.array(want["per_context"]))
+
+
 def test_a_case_file_that_cannot_be_read_is_named_as_such(tmp_path, capsys, monkeypatch):
     """A file without read permission is an OS error naming it, not 'not an .npz archive'
     (the zip test swallowed the error). Simulated: the tests may run as root, who reads all."""

@@ -169,6 +169,63 @@ def test_kernel_row_sum_tolerance_is_the_stated_one(excess, ok):
             rt.DenseKernel(m)
 
 
+def _nearly_stochastic(rng, n=6, miss=8e-7):
+    """A dense kernel whose rows miss 1 by up to ``miss`` (within KERNEL_ATOL), every row off."""
+    m = rng.dirichlet(np.ones(n), size=n)
+    return m * (1 + rng.uniform(-miss, miss, size=(n, 1)))
+
+
+@pytest.mark.parametrize("copy", [True, False])
+def test_a_kernel_accepted_within_tolerance_is_renormalised_and_the_callers_array_kept(copy):
+    """Rows within KERNEL_ATOL of 1 are accepted and then divided by their sums: a kernel left
+    at 1 + 8e-7 would make the RDK proposal sum to 1 + 8e-7 (mass out of thin air) and its
+    acceptance be off by as much. The caller's array is never written, even with copy=False."""
+    rng = np.random.default_rng(0)
+    m = _nearly_stochastic(rng)
+    given = m.copy()
+    assert np.abs(m.sum(axis=1) - 1).min() > 1e-7  # every row is off by more than round-off
+    for k in (rt.DenseKernel(m, copy=copy), rt.SparseKernel(sp.csr_matrix(m))):
+        stored = k.matrix.toarray() if sp.issparse(k.matrix) else k.matrix
+        assert_close(stored, m / m.sum(axis=1, keepdims=True))
+        assert_close(stored.sum(axis=1), np.ones(6))
+        p, q = rng.dirichlet(np.ones(6)), rng.dirichlet(np.ones(6))
+        r = k.transport(q)
+        assert_close(r.sum(), 1.0)
+        assert_close(rt.step_output_law(p, r), p)  # lossless to round-off, not to 8e-7
+    assert np.array_equal(m, given)
+
+
+def test_a_kernel_exactly_stochastic_in_float_is_kept_as_given():
+    """Rows within the round-off of a float64 sum are not divided: copy=False keeps the
+    caller's array itself (no copy of a large kernel), and a kernel built again from a
+    renormalised matrix is not renormalised a second time."""
+    m = np.eye(5)
+    assert rt.DenseKernel(m, copy=False).matrix is m
+    once = rt.DenseKernel(_nearly_stochastic(np.random.default_rng(1), n=300)).matrix
+    assert rt.DenseKernel(once, copy=False).matrix is once
+
+
+def test_half_precision_kernels_get_their_rounding_as_tolerance():
+    """A float16 kernel's rows miss 1 by their rounding (3.7e-4 here, beyond KERNEL_ATOL): its
+    eps, 9.8e-4, is the tolerance, as for float16 probability rows; beyond it the kernel is
+    refused. A torch bfloat16 matrix gets bfloat16's eps, 7.8e-3. (scipy.sparse holds no
+    float16.)"""
+    ok = (np.full((5, 5), 0.2) * 1.0004).astype(np.float16)
+    assert 1e-6 < ok.astype(np.float64).sum(axis=1).max() - 1 < np.finfo(np.float16).eps
+    k = rt.DenseKernel(ok)
+    assert k.matrix.dtype == np.float64
+    assert_close(k.matrix.sum(axis=1), np.ones(5))
+    with pytest.raises(rt.InputError, match=r"not row-stochastic.*tolerance 0.000976562"):
+        rt.DenseKernel((np.full((5, 5), 0.2) * 1.002).astype(np.float16))
+    with pytest.raises(rt.InputError, match=r"not row-stochastic.*tolerance 1e-06"):
+        rt.DenseKernel(ok.astype(np.float64))  # the same numbers as float64: 1e-6 holds
+    torch = pytest.importorskip("torch")
+    half = torch.full((5, 5), 0.2 * 1.005, dtype=torch.bfloat16)  # rows 1.0059: within 7.8e-3
+    assert_close(rt.DenseKernel(half).matrix.sum(axis=1), np.ones(5))
+    with pytest.raises(rt.InputError, match=r"not row-stochastic.*tolerance 0.0078125"):
+        rt.DenseKernel(torch.full((5, 5), 0.2 * 1.01, dtype=torch.bfloat16))
+
+
 @pytest.mark.parametrize("excess, ok", [(0.9e-4, True), (1.1e-4, False)])
 def test_probability_sum_tolerance_is_the_stated_one(excess, ok):
     p = np.array([0.25, 0.25, 0.5 + excess])
