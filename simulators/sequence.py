@@ -133,8 +133,8 @@ class BlockLaw:
       law: ``{block tuple: probability}`` (variable length 1..gamma+1).
       gamma: draft length.
       prefix: the context the iteration started from.
-      length_law: ``{L: P(L tokens emitted)}``: tokens per target call (lengths of
-        probability 0 are left out); ``L - 1`` drafts were accepted.
+      length_law: ``{L: P(L tokens emitted)}`` for every ``L`` in ``1 .. gamma + 1`` (0
+        where a length never occurs): tokens per target call; ``L - 1`` drafts were accepted.
       expected_tokens: ``E[L]``.
     """
 
@@ -145,7 +145,8 @@ class BlockLaw:
     expected_tokens: object = 0
 
     def __post_init__(self):
-        lengths: dict = {}
+        # every length, so that a table or figure has a column per length whatever the law
+        lengths: dict = {k: 0 for k in range(1, self.gamma + 2)}
         for blk, w in self.law.items():
             lengths[len(blk)] = lengths.get(len(blk), 0) + w
         self.length_law = dict(sorted(lengths.items()))

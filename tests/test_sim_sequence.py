@@ -51,7 +51,7 @@ def test_every_sampler_is_lossless_at_sequence_level_exactly(name, sampler):
     assert ok and diff == 0
     blk = block_law(pair.target, fn, 2, prefix=(0,))
     assert sum(blk.law.values()) == 1
-    assert set(blk.length_law) <= {1, 2, 3}
+    assert set(blk.length_law) == {1, 2, 3}
 
 
 @pytest.mark.parametrize("name", TOY_PAIRS)
@@ -176,6 +176,20 @@ def test_rationalised_proposal_keeps_the_mass_of_target_id_zero():
                        make_proposal_fn(drafter.float_copy(), vm, "rdk_exact", kernel=kern, exact=False), 2)
     assert exact.expected_tokens > 1
     assert abs(float(exact.expected_tokens) - approx.expected_tokens) < 1e-6
+
+
+def test_length_law_lists_every_length_with_zeros_where_none_occurs():
+    """A drafter equal to the target (exact Fractions) accepts every draft: L = gamma + 1 with
+    probability 1. The length law still holds every length 1..gamma+1 (the CLI's table and
+    the figure have a column per length), with exact zeros, and E[L] and the per-position
+    acceptances are unchanged by them."""
+    from simulators.toy_lm import MarkovLM
+
+    p = np.array([Fraction(3, 5), Fraction(1, 10), Fraction(1, 5), Fraction(1, 10)], dtype=object)
+    fn = make_proposal_fn(MarkovLM(4, 0, {(): p.copy()}), VocabMap.identity(4), "tli")
+    law = block_law(MarkovLM(4, 0, {(): p}), fn, 3)
+    assert law.length_law == {1: 0, 2: 0, 3: 0, 4: 1}
+    assert law.expected_tokens == 4 and law.position_acceptances() == [1, 1, 1]
 
 
 @pytest.mark.parametrize("sampler", ["vanilla", "tli"])
