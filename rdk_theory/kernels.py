@@ -78,12 +78,21 @@ def settled(out):
 
 
 def _shares_memory(array: np.ndarray, source) -> bool:
-    """Whether the host ``array`` made from ``source`` may be ``source``'s own memory: an
-    ndarray (or a view of one), or a torch tensor on the CPU (numpy reads it in place); a
-    list or a CUDA tensor has been copied already."""
+    """Whether the host ``array`` made from ``source`` may be memory the caller can still
+    reach: that of an ndarray (or a view of one), of a CPU torch tensor (numpy reads a float64
+    one in place), or of any other array-like that numpy may have read in place (a
+    memoryview, an object with ``__array__``). Only a Python list or tuple and a tensor on
+    another device have certainly been copied; the answer errs towards True (one copy more)."""
     if isinstance(source, np.ndarray):
         return np.may_share_memory(array, source)
-    return B.is_torch(source) and source.device.type == "cpu"
+    if B.is_torch(source):
+        if source.device.type != "cpu":
+            return False
+        try:
+            return np.may_share_memory(array, source.detach().numpy())
+        except (TypeError, RuntimeError):  # a dtype numpy lacks (bfloat16): read as a copy,
+            return True  # but the answer may err towards True
+    return not isinstance(source, (list, tuple))
 
 
 def _off_one(sums: np.ndarray, n: int) -> np.ndarray:
@@ -120,7 +129,9 @@ class IdentityKernel:
 
 
 class DenseKernel:
-    """A user-given dense row-stochastic matrix (N_T, N_T); float64 or ``Fraction`` entries.
+    """A user-given dense row-stochastic matrix (N_T, N_T); float64 or ``Fraction`` entries (an
+    object array of Fractions and ints is the exact tier; one with a float in it is read as
+    float64, as probability rows are).
 
     Float rows must sum to 1 within ``KERNEL_ATOL`` (a float16 or bfloat16 matrix: within its
     dtype's eps, which its rounding alone can take; ``atol`` overrides this, for a matrix
@@ -133,15 +144,22 @@ class DenseKernel:
 
     def __init__(self, matrix, *, check: bool = True, name: str = "kernel", copy: bool = True,
                  atol: float | None = None):
-        exact = isinstance(matrix, np.ndarray) and matrix.dtype == object
-        if exact:  # Fractions (the exact tier): anything else in an object array is refused
+        if isinstance(matrix, np.ndarray) and matrix.dtype == object:
             bad = next((v for v in matrix.flat if not isinstance(v, numbers.Real)), None)
-            if bad is not None:
+            if bad is not None:  # an object array holds real numbers or Fractions only
                 raise InputError(f"{name} must hold real numbers or Fractions, got a "
                                  f"{type(bad).__name__} ({bad!r})")
+        # Fractions and ints: the exact tier; an object array with a float in it is floats
+        exact = is_rational_array(matrix)
+        if atol is not None:
+            given = real_number(atol)
+            if given is None or not 0 <= given < np.inf:
+                raise InputError(f"atol must be a finite real number >= 0, got {atol!r}")
+            atol = given
         m = matrix if exact else as_real_array(matrix, name)
-        if copy and _shares_memory(m, matrix):
-            m = m.copy()
+        shared = _shares_memory(m, matrix)
+        if copy and shared:
+            m, shared = m.copy(), False
         if m.ndim != 2 or m.shape[0] != m.shape[1]:
             raise InputError(f"{name} must be a square (N_T, N_T) matrix, got shape {m.shape}")
         if check:
@@ -151,7 +169,7 @@ class DenseKernel:
             check_row_stochastic(sums, name, rounding_atol(matrix, KERNEL_ATOL)
                                  if atol is None else atol)
             if not exact:
-                m = _rows_renormalised(m, sums, owned=not _shares_memory(m, matrix))
+                m = _rows_renormalised(m, sums, owned=not shared)
         self.matrix = m
         self.n = int(m.shape[0])
         self._torch = _DeviceCache()

@@ -12,7 +12,9 @@ Conventions (written down once, enforced here):
 * calibration rows are such probabilities, at least one row of them;
 * ``draft_to_target`` is an integer vector whose entries are ``-1`` or valid target ids, with no
   target id used twice;
-* a kernel is row-stochastic within ``KERNEL_ATOL``.
+* a kernel is row-stochastic within ``KERNEL_ATOL`` (float16 and bfloat16 input: within its
+  dtype's eps, :func:`rounding_atol`, as for probabilities); the kernels then divide float rows
+  by their sums (:class:`rdk_theory.kernels.DenseKernel`).
 """
 from __future__ import annotations
 

@@ -195,6 +195,60 @@ def test_a_kernel_accepted_within_tolerance_is_renormalised_and_the_callers_arra
     assert np.array_equal(m, given)
 
 
+def test_a_kernel_never_writes_into_an_array_numpy_reads_in_place():
+    """numpy reads a memoryview, an object with ``__array__`` and a CPU float64 tensor in
+    place: renormalising the rows must not divide the caller's buffer (nor fail on a read-only
+    one), with or without copy=False."""
+    torch = pytest.importorskip("torch")
+
+    class Lazy:  # hands numpy the caller's own array
+        def __init__(self, x):
+            self.x = x
+
+        def __array__(self, dtype=None, copy=None):
+            return self.x
+
+    m = _nearly_stochastic(np.random.default_rng(2), n=4)
+    given = m.copy()
+    frozen = m.copy()
+    frozen.flags.writeable = False
+    tensor = torch.from_numpy(m)  # shares m's memory
+    for copy in (True, False):
+        for source in (memoryview(m), Lazy(m), Lazy(frozen), tensor):
+            k = rt.DenseKernel(source, copy=copy)
+            assert_close(k.matrix.sum(axis=1), np.ones(4))
+            assert np.array_equal(m, given) and np.array_equal(frozen, given)
+
+
+def test_an_object_kernel_with_a_float_is_read_as_floats():
+    """An object array of Fractions and ints is the exact tier (checked with ==); one holding a
+    float is floats, checked within KERNEL_ATOL and renormalised as a float array is (it was
+    checked exactly: rows of ten 0.1 were refused at 'tolerance 1e-06')."""
+    tenths = np.array([[0.1] * 10] * 10, dtype=object)
+    k = rt.DenseKernel(tenths)
+    assert k.matrix.dtype == np.float64
+    assert_close(k.matrix, np.full((10, 10), 0.1))
+    mixed = np.array([[Fraction(1, 2), 0.5 + 4e-7], [0, 1]], dtype=object)
+    row = np.array([0.5, 0.5 + 4e-7])
+    assert_close(rt.DenseKernel(mixed).matrix, [row / row.sum(), [0.0, 1.0]])
+    exact = np.array([[Fraction(1, 2), Fraction(1, 2)], [0, 1]], dtype=object)
+    assert rt.DenseKernel(exact).matrix.dtype == object
+    with pytest.raises(rt.InputError, match="not row-stochastic"):
+        rt.DenseKernel(np.array([[Fraction(1, 2), Fraction(1, 2) + Fraction(1, 10**9)], [0, 1]],
+                                dtype=object))  # exact: 1e-9 over is refused
+
+
+@pytest.mark.parametrize("atol", [float("nan"), -1e-6, float("inf"), "1e-3", None])
+def test_a_kernels_atol_is_a_finite_non_negative_number(atol):
+    m = np.array([[5.0, 0.0], [0.0, 1.0]])
+    if atol is None:  # the default: refused, as a NaN atol let it through rescaled to the identity
+        with pytest.raises(rt.InputError, match="not row-stochastic"):
+            rt.DenseKernel(m, atol=atol)
+    else:
+        with pytest.raises(rt.InputError, match="atol must be a finite real number >= 0"):
+            rt.DenseKernel(m, atol=atol)
+
+
 def test_a_kernel_exactly_stochastic_in_float_is_kept_as_given():
     """Rows within the round-off of a float64 sum are not divided: copy=False keeps the
     caller's array itself (no copy of a large kernel), and a kernel built again from a
