@@ -6,6 +6,9 @@ are never performed (callers branch on the mass first), so no ``0/0`` appears on
 """
 from __future__ import annotations
 
+import numbers
+from fractions import Fraction
+
 import numpy as np
 
 from .validation import host
@@ -108,8 +111,10 @@ def safe_divide(num, den):
         den_b = np.broadcast_to(den, num.shape)
         out = np.empty(num.shape, dtype=object)
         for idx in np.ndindex(num.shape):
-            d = den_b[idx]
-            out[idx] = num[idx] / d if d > 0 else 0
+            d, v = den_b[idx], num[idx]
+            if isinstance(v, numbers.Rational) and isinstance(d, numbers.Rational):
+                v = Fraction(v)  # int / int is a float: the exact tier stays exact
+            out[idx] = v / d if d > 0 else 0
         return out
     den = np.asarray(den)
     pos = den > 0

@@ -15,6 +15,7 @@ numpy object arrays of ``fractions.Fraction`` (exact, compare with ``==``) and t
 from __future__ import annotations
 
 import math
+from fractions import Fraction
 
 from . import _backend as B
 from .validation import InputError, as_prob_array, check_broadcast, same_backend
@@ -80,7 +81,8 @@ def total_variation(a, b, *, check: bool = True):
     """``TV(a, b) = (1/2) sum_x |a(x) - b(x)|`` over the last axis."""
     a, b = _check_pair(a, b, check, ("a", "b"), p_sums_to_one=False)
     d = a - b
-    return B.total(B.positive_part(d) + B.positive_part(-d)) / 2
+    twice = B.total(B.positive_part(d) + B.positive_part(-d))
+    return twice * Fraction(1, 2) if B.is_exact(d) else twice / 2  # int 0 / 2 is a float
 
 
 def oov_cap(target_probs, vocab_map, *, check: bool = True):

@@ -31,7 +31,8 @@ from . import _backend as B
 from ._progress import progress
 from .validation import (KERNEL_ATOL, InputError, as_calibration, as_count, as_prob_array,
                          as_real_array, check_nonnegative, check_row_stochastic, check_tau,
-                         is_rational_array, known_shape, real_number, rounding_atol)
+                         is_rational_array, known_shape, python_ints, real_number,
+                         rounding_atol)
 from .vocab import check_vocab_map
 
 
@@ -156,7 +157,7 @@ class DenseKernel:
             if given is None or not 0 <= given < np.inf:
                 raise InputError(f"atol must be a finite real number >= 0, got {atol!r}")
             atol = given
-        m = matrix if exact else as_real_array(matrix, name)
+        m = python_ints(matrix) if exact else as_real_array(matrix, name)
         shared = _shares_memory(m, matrix)
         if copy and shared:
             m, shared = m.copy(), False

@@ -54,7 +54,7 @@ def as_prob_array(x, name: str, *, allow_sub_stochastic: bool = False, atol: flo
     if _is_torch(x):
         return _check_torch_probs(x, name, allow_sub_stochastic, atol)
     if is_rational_array(x):
-        arr = x
+        arr = python_ints(x)  # numpy ints would wrap around in the sums below
         if arr.ndim == 0 or arr.shape[-1] == 0:
             raise InputError(f"{name} must have a non-empty last axis, got shape {arr.shape}")
         bad = [v for v in arr.reshape(-1) if v < 0]
@@ -125,6 +125,18 @@ def is_rational_array(x) -> bool:
             and all(isinstance(v, numbers.Rational) for v in x.flat))
 
 
+def python_ints(arr: np.ndarray) -> np.ndarray:
+    """An exact object array with its numpy integer scalars made Python ints (a copy, only when
+    there is one): numpy's int64 arithmetic wraps around silently (four entries of 2^62 sum to
+    0), and ``int64 / int64`` is a float, where the exact tier must stay exact."""
+    if not any(isinstance(v, np.integer) for v in arr.flat):
+        return arr
+    out = np.empty(arr.shape, dtype=object)
+    for idx, v in np.ndenumerate(arr):
+        out[idx] = int(v) if isinstance(v, np.integer) else v
+    return out
+
+
 def rational_array(x, name: str) -> np.ndarray | None:
     """``x`` (a list too) as an exact object array when every entry is an int or a Fraction,
     else None (the caller then reads it as floats); a ragged sequence is an InputError."""
@@ -132,7 +144,7 @@ def rational_array(x, name: str) -> np.ndarray | None:
         arr = np.asarray(host(x, name))
     except ValueError:
         raise InputError(f"{name} is a ragged sequence") from None
-    return arr if is_rational_array(arr) else None
+    return python_ints(arr) if is_rational_array(arr) else None
 
 
 def real_number(value) -> float | None:
@@ -262,7 +274,10 @@ def as_real_array(x, name: str) -> np.ndarray:
     except (TypeError, ValueError) as exc:
         raise InputError(f"{name} is not a numeric array: {exc}") from None
     if raw.dtype.kind == "O" and all(isinstance(v, numbers.Real) for v in raw.reshape(-1)):
-        raw = raw.astype(np.float64)  # e.g. a list mixing Fractions and floats
+        try:
+            raw = raw.astype(np.float64)  # e.g. a list mixing Fractions and floats
+        except OverflowError:  # an int or a Fraction beyond float64's range
+            raise InputError(f"{name} holds a number too large for float64") from None
     if raw.dtype.kind not in "biuf":
         what = {"c": "complex numbers", "U": "strings", "S": "bytes", "O": "Python objects",
                 "M": "dates", "m": "time spans", "V": "structured records"}.get(raw.dtype.kind,

@@ -123,3 +123,52 @@ def test_a_permuted_map_scatters_each_drafter_token_to_its_own_target_id(draft_t
     assert got.tolist() == want.astype(float).tolist()
     got_t = rt.vanilla_proposal(torch.tensor(q.astype(float)), vm)
     assert got_t.tolist() == want.astype(float).tolist()
+
+
+def _ints(values):
+    return np.array(values, dtype=object)
+
+
+def test_integer_entries_stay_in_the_exact_tier():
+    """Python or numpy ints in an object array are exact numbers: TLI's division, the residual
+    and TV must give Fractions, not the floats of int / int (the output law then missed p under
+    ==, and alpha 1/3 came out 0.3333333333333333)."""
+    p = np.array([F(1, 3), F(2, 3)], dtype=object)
+    vm = rt.VocabMap.identity(2)
+    for q in (_ints([1, 0]), _ints([np.int64(1), np.int64(0)])):
+        r = rt.tli_proposal(q, vm)
+        assert r.tolist() == [1, 0] and all(isinstance(v, F) for v in r)
+        assert rt.acceptance_rate(p, r) == F(1, 3)
+        assert (rt.step_output_law(p, r) == p).all()
+        assert rt.residual(_ints([0, 1]), r).tolist() == [0, 1]
+        assert all(isinstance(v, F) for v in rt.residual(_ints([0, 1]), r))
+    identity = rt.DenseKernel(_ints([[1, 0], [0, np.int64(1)]]))
+    r, alpha = rt.rdk_proposal_with_acceptance(p, _ints([F(1, 2), F(1, 2)]), vm, identity)
+    assert r.tolist() == [F(1, 2), F(1, 2)] and alpha == F(5, 6) and isinstance(alpha, F)
+    tv = rt.total_variation(p, p)
+    assert tv == 0 and isinstance(tv, F)  # int 0 / 2 was the float 0.0
+    both = rt.total_variation(_ints([[1, 0], [0, 1]]), _ints([[1, 0], [1, 0]]))
+    assert both.tolist() == [0, 1] and all(isinstance(v, F) for v in both)
+
+
+def test_numpy_ints_do_not_wrap_around_in_the_exact_checks():
+    """Four numpy int64 entries of 2^62 sum to 0 in int64: the row 'summed to 1' and was
+    taken as a distribution."""
+    wrapped = np.array([np.int64(2 ** 62)] * 4 + [np.int64(1)], dtype=object)
+    with pytest.raises(rt.InputError, match="must sum to 1 exactly"):
+        rt.acceptance_rate(wrapped, wrapped)
+    with pytest.raises(rt.InputError, match="not row-stochastic"):
+        rt.DenseKernel(np.array([[np.int64(2 ** 62)] * 4 + [np.int64(1)]] + [[0] * 4 + [1]] * 4,
+                                dtype=object))
+
+
+@pytest.mark.parametrize("call", [
+    lambda: rt.draw([10 ** 400, 1], np.random.default_rng(0)),
+    lambda: rt.acceptance_rate([10 ** 400, 0.5], [0.5, 0.5]),
+    lambda: rt.InverseCdf([F(10 ** 400), 0.5]),
+])
+def test_numbers_beyond_float64_are_input_errors(call):
+    """An int or Fraction too large for float64 in input read as floats was a raw
+    OverflowError."""
+    with pytest.raises(rt.InputError, match="too large for float64"):
+        call()
