@@ -61,6 +61,14 @@ def check_rho(rho, lo: int = 1):
     raise InputError(f"rho must be a real number {'>= 1' if lo else '> 0'}, got {rho!r}")
 
 
+def _exact_rho(rho, p):
+    """``rho`` as a Fraction when it is an int and ``p`` is exact: ``int / int`` is a float,
+    which would take the exact tier's ``beta`` out of it (and its validity check with it)."""
+    if isinstance(rho, numbers.Integral) and p.dtype == object:
+        return Fraction(int(rho))
+    return rho
+
+
 def _check_k_rho(k, rho):
     _drafts(k)
     return check_rho(rho)
@@ -69,7 +77,7 @@ def _check_k_rho(k, rho):
 def beta(target_probs, draft_probs, rho):
     """``beta(rho) = sum_x min(q(x), p(x) / rho)``: the acceptance probability of one draft."""
     p, q = _pq(target_probs, draft_probs)
-    return np.minimum(q, p / check_rho(rho, 0)).sum()
+    return np.minimum(q, p / _exact_rho(check_rho(rho, 0), p)).sum()
 
 
 #: Relative slack on the float64 validity condition: at ``k = 1`` (or ``p == q``) the condition
@@ -78,16 +86,19 @@ def beta(target_probs, draft_probs, rho):
 VALIDITY_RTOL = 1e-12
 
 
-def kseq_is_valid(target_probs, draft_probs, rho, k: int) -> bool:
+def kseq_is_valid(target_probs, draft_probs, rho, k: int, *, strict: bool = False) -> bool:
     """The validity condition ``1 - (1 - beta(rho))^k <= rho beta(rho)`` (sufficient for losslessness).
 
     Exact (``==``-level) on ``Fraction`` inputs. On float64 inputs both sides are computed
     without cancellation (``-expm1(k log1p(-beta))`` and ``sum_x min(rho q(x), p(x))`` over the
     support of ``q``, which is also right at ``rho = inf``) and compared with a relative slack of
-    ``VALIDITY_RTOL``.
+    ``VALIDITY_RTOL``. ``strict=True`` demands that margin instead of granting it: a float
+    ``rho`` that passes then satisfies the condition in exact arithmetic too (for the float
+    ``p`` and ``q`` as given), which is what :func:`kseq_best_rho` searches with.
     """
     k, rho = _drafts(k), _check_k_rho(k, rho)
     p, q = _pq(target_probs, draft_probs)
+    rho = _exact_rho(rho, p)
     b = beta(p, q, rho)
     with np.errstate(invalid="ignore"):  # inf * 0 off the support of q, dropped by the where
         rhs = np.where(q > 0, np.minimum(rho * q, p), 0 * p).sum()
@@ -95,7 +106,7 @@ def kseq_is_valid(target_probs, draft_probs, rho, k: int) -> bool:
         return bool(1 - (1 - b) ** k <= rhs)
     lhs = -np.expm1(k * np.log1p(-float(b))) if b < 1 else 1.0
     rhs = float(rhs)
-    return bool(lhs <= rhs + VALIDITY_RTOL * max(lhs, rhs))
+    return bool(lhs <= rhs + (-1 if strict else 1) * VALIDITY_RTOL * max(lhs, rhs))
 
 
 def kseq_acceptance(target_probs, draft_probs, rho, k: int):
@@ -111,7 +122,7 @@ def kseq_accept_law(target_probs, draft_probs, rho, k: int):
     """
     rho = _check_k_rho(k, rho)
     p, q = _pq(target_probs, draft_probs)
-    m = np.minimum(q, p / rho)
+    m = np.minimum(q, p / _exact_rho(rho, p))
     b = m.sum()
     if b == 0:
         return m * 0
@@ -140,24 +151,28 @@ def kseq_best_rho(target_probs, draft_probs, k: int, *, tol: float = 1e-12) -> f
     """Smallest valid ``rho`` in ``[1, k]`` by bisection (acceptance decreases in ``rho``).
 
     The condition ``g(rho) = rho beta(rho) - 1 + (1 - beta(rho))^k >= 0`` is monotone
-    non-decreasing in ``rho`` and holds at ``rho = k`` (since ``1 - (1 - b)^k <= k b``), so
-    bisection returns ``rho*`` within ``tol`` (float64; ``tol`` finite and > 0), on the valid
-    side of :func:`kseq_is_valid`. It stops early when the interval holds no float between its
-    ends (below ``tol`` once ``rho*`` is large).
+    non-decreasing in ``rho`` and holds at ``rho = k`` (since ``1 - (1 - b)^k <= k b``). The
+    bisection (float64; ``tol`` finite and > 0) searches with ``kseq_is_valid(...,
+    strict=True)``, so the ``rho`` it returns is valid in exact arithmetic too, not only within
+    float round-off: it is within ``tol`` of the smallest ``rho`` that passes the strict check,
+    which lies above the exact ``rho*`` by the margin ``VALIDITY_RTOL`` over the slope of ``g``
+    (1e-12 to 1e-8 in practice). ``rho = 1`` is returned when ``k = 1`` or ``p == q`` (the
+    condition then holds with equality) or when it passes the strict check. It stops early
+    when the interval holds no float between its ends (below ``tol`` once ``rho*`` is large).
     """
     p, q = _pq(target_probs, draft_probs)
     p, q = p.astype(np.float64), q.astype(np.float64)
     k = _drafts(k)
     if not (isinstance(tol, numbers.Real) and not isinstance(tol, bool) and 0 < tol < np.inf):
         raise InputError(f"tol must be a finite real number > 0, got {tol!r}")
-    if kseq_is_valid(p, q, 1.0, k):
+    if k == 1 or np.array_equal(p, q) or kseq_is_valid(p, q, 1.0, k, strict=True):
         return 1.0
     lo, hi = 1.0, float(k)
     while hi - lo > tol:
         mid = 0.5 * (lo + hi)
         if not lo < mid < hi:  # adjacent floats: nothing left to halve
             break
-        if kseq_is_valid(p, q, mid, k):
+        if kseq_is_valid(p, q, mid, k, strict=True):
             hi = mid
         else:
             lo = mid

@@ -162,10 +162,50 @@ def test_kseq_best_rho_ends_and_refuses_a_tolerance_it_cannot_meet():
     for bad in (float("nan"), 0, -1e-3, float("inf"), "1e-6", True):
         with pytest.raises(InputError, match="tol must be a finite real number > 0"):
             kseq_best_rho(p, q, 3, tol=bad)
-    rho = kseq_best_rho(p, q, 3, tol=1e-300)  # stops at adjacent floats
-    assert kseq_is_valid(p, q, rho, 3) and not kseq_is_valid(p, q, np.nextafter(rho, 0), 3)
+    rho = kseq_best_rho(p, q, 3, tol=1e-300)  # stops at adjacent floats (of the strict check)
+    assert kseq_is_valid(p, q, rho, 3, strict=True)
+    assert not kseq_is_valid(p, q, np.nextafter(rho, 0), 3, strict=True)
     big = kseq_best_rho(p, np.array([1 - 1e-9, 1e-9]), 20_000)
     assert 1 < big < 20_000 and kseq_is_valid(p, np.array([1 - 1e-9, 1e-9]), big, 20_000)
+
+
+F = Fraction
+
+
+@pytest.mark.parametrize("p, q, k", [
+    ([F(11, 451639), F(2, 851659), F(384632147574, 384642419101)],
+     [F(26, 181293), F(0), F(181267, 181293)], 6),  # rho* 1.1303120489..., the slope of g small
+    ([F(1, 2), F(1, 3), F(1, 6)], [F(1, 6), F(1, 6), F(2, 3)], 2),
+    ([F(1, 2), F(1, 3), F(1, 6)], [F(1, 6), F(1, 6), F(2, 3)], 3),
+])
+def test_kseq_best_rho_is_valid_in_exact_arithmetic(p, q, k):
+    """The float rho* granted the 1e-12 slack of kseq_is_valid, so it sat up to 1e-8 below the
+    exact rho* (the slack over a small slope of g): the exact check refused it and K-SEQ's
+    accepted law exceeded p by 1e-12. The bisection now searches with the margin demanded,
+    so Fraction(rho) passes the exact check of the laws the floats round, and it stays within
+    1e-7 of their exact rho*."""
+    pe, qe = np.array(p, dtype=object), np.array(q, dtype=object)
+    pf, qf = pe.astype(float), qe.astype(float)
+    rho = kseq_best_rho(pf, qf, k)
+    assert kseq_is_valid(pe, qe, Fraction(rho), k)  # the margin covers the floats' rounding
+    lo, hi = Fraction(1), Fraction(k)  # the exact rho* of the given Fractions, by bisection
+    for _ in range(60):
+        mid = (lo + hi) / 2
+        lo, hi = (lo, mid) if kseq_is_valid(pe, qe, mid, k) else (mid, hi)
+    assert float(hi) - 1e-7 <= rho <= float(hi) + 1e-7
+
+
+def test_an_int_rho_keeps_integer_laws_exact():
+    """An int rho with an object array of ints divided int / int, a float: beta came out
+    0.333... and the validity of a rho that is invalid by 1e-13 was judged True in floats."""
+    a = 1 - Fraction(1, 10 ** 13)
+    p, q = np.array([1, 0], dtype=object), np.array([a, 1 - a], dtype=object)
+    assert kseq_is_valid(p, q, 1, 2) is False is kseq_is_valid(p, q, Fraction(1), 2)
+    b = beta(np.array([1, 0], dtype=object), np.array([Fraction(1, 2)] * 2, dtype=object), 3)
+    assert b == Fraction(1, 3) and isinstance(b, Fraction)
+    law = kseq_accept_law(np.array([1, 0], dtype=object), np.array([Fraction(1, 2)] * 2,
+                                                                    dtype=object), 3, 2)
+    assert all(isinstance(v, Fraction) for v in law)
 
 
 def test_kseq_validity_is_judged_relative_to_a_tiny_beta():
