@@ -128,6 +128,23 @@ def best_mixing_lambda(target_probs, tli_proposals, w):
     return float(window[i]), top
 
 
+def _as_mask(mask) -> np.ndarray:
+    """A support mask as a bool array: bools, or numbers that are each 0 or 1; anything else
+    (0.5, NaN, a ragged list) is an InputError rather than read as True."""
+    try:
+        raw = np.asarray(host(mask, "mask"))
+    except (ValueError, TypeError):
+        raise InputError("mask must be an (N_T, N_T) array of bools, got a ragged sequence") from None
+    if raw.dtype == bool:
+        return raw
+    if raw.dtype.kind not in "iuf":
+        raise InputError(f"mask must hold bools (or 0 and 1 only), got {raw.dtype}")
+    if not np.isin(raw, (0, 1)).all():  # NaN is neither
+        raise InputError(f"mask must hold bools (or 0 and 1 only), got {raw.dtype} entries "
+                         "outside {0, 1}")
+    return raw.astype(bool)
+
+
 def best_static_kernel_lp(target_probs, tli_proposals, *, mask=None):
     """The best static kernel for a set of contexts, by linear programming (small ``N_T``).
 
@@ -148,7 +165,7 @@ def best_static_kernel_lp(target_probs, tli_proposals, *, mask=None):
     c_n, n = p.shape
     if n > MAX_LP_VOCAB:
         raise InputError(f"best_static_kernel_lp is a dense LP: N_T = {n} exceeds {MAX_LP_VOCAB}")
-    allowed = np.ones((n, n), dtype=bool) if mask is None else np.asarray(host(mask, "mask"), dtype=bool)
+    allowed = np.ones((n, n), dtype=bool) if mask is None else _as_mask(mask)
     if allowed.shape != (n, n):
         raise InputError(f"mask must be ({n}, {n}), got {allowed.shape}")
     if not allowed.any(axis=1).all():

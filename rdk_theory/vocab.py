@@ -24,7 +24,7 @@ import numpy as np
 from . import _backend as B
 from .tokens import canonical_tokens, detect_space_marker, mark_special, match_ranks
 from .validation import (NEG_ATOL, InputError, as_count, as_draft_to_target, as_real_array,
-                         as_real_tensor, host)
+                         as_real_tensor, host, is_rational_array)
 
 @dataclass(frozen=True, eq=False)
 class VocabMap:
@@ -85,7 +85,8 @@ class VocabMap:
         whether the map is the identity (computed once; used by every proposal)."""
         keep = np.flatnonzero(self.draft_to_target >= 0)
         dst = self.draft_to_target[keep]
-        identity = keep.size == self.n_target and bool(np.all(dst == np.arange(self.n_target)))
+        identity = (keep.size == self.n_target == self.n_draft
+                    and bool(np.all(dst == np.arange(self.n_target))))
         return keep, dst, identity
 
     @cached_property
@@ -119,6 +120,12 @@ class VocabMap:
         lacks)."""
         return {k: v for k, v in self.__dict__.items() if k != "_device_indices"}
 
+    def __setstate__(self, state):
+        """Unpickle (and deep-copy): the ids come back read-only, as they were, so that no one
+        can edit a map into sending two drafter tokens to one target id after its checks."""
+        self.__dict__.update(state)
+        self.draft_to_target.setflags(write=False)
+
     @property
     def is_pruned(self) -> bool:
         """True when every drafter token exists in the target (a pruned drafter)."""
@@ -150,11 +157,11 @@ class VocabMap:
             raise InputError(f"kept_ids must be target ids >= 0, got {int(kept.min())}")
         n_target = as_count(n_target, "n_target", 1)
         if kept.max() >= n_target:  # named here: the map's own message would offer -1
-            raise InputError(f"kept_ids holds id {kept.max():.0f}, but the target has {n_target} "
+            raise InputError(f"kept_ids holds id {int(kept.max())}, but the target has {n_target} "
                              f"ids (0..{n_target - 1})")
         ids, counts = np.unique(kept, return_counts=True)
         if ids.size != kept.size:
-            raise InputError(f"kept_ids lists target id {ids[counts > 1][0]:.0f} more than once")
+            raise InputError(f"kept_ids lists target id {int(ids[counts > 1][0])} more than once")
         return cls(n_target, kept)
 
     @classmethod
@@ -209,6 +216,9 @@ class VocabMap:
                              ("target_space_marker", target_space_marker)):
             if marker is not None:  # text, as the tokens are (a surrogate could spell a key)
                 _strings([marker], name)
+                if marker == "":  # would match nothing, silently: no rewrite at all
+                    raise InputError(f"{name} must be a non-empty string (e.g. '\u2581' or "
+                                     f"'\u0120'), or None to detect it")
         draft_special_ids = _ids_in_range(draft_special_ids, len(draft_tokens),
                                           "draft_special_ids")
         target_special_ids = _ids_in_range(target_special_ids, len(target_tokens),
@@ -270,7 +280,11 @@ def _strings(tokens, name: str) -> list[str]:
         raise InputError(f"{name} must be the token strings in id order (e.g. "
                          f"tokenizer.convert_ids_to_tokens(range(n))), got a "
                          f"{type(tokens).__name__}")
-    out = ["" if t is None else t for t in tokens]
+    try:
+        out = ["" if t is None else t for t in tokens]
+    except TypeError:  # None, a number: not a sequence at all
+        raise InputError(f"{name} must be a list of token strings in id order, got "
+                         f"{type(tokens).__name__} {tokens!r}") from None
     bad = next((i for i, t in enumerate(out) if not isinstance(t, str)), None)
     if bad is not None:
         raise InputError(f"{name}[{bad}] is {type(out[bad]).__name__} {out[bad]!r}, not a string")
@@ -344,7 +358,12 @@ def pruned_draft_probs(draft_probs_full, vocab_map: VocabMap):
         q = full.index_select(-1, vocab_map.on_device("dst", full.device))
     else:
         q = full[..., vocab_map.draft_to_target]
-    mass = B.total(q, keepdims=True)
+    with np.errstate(over="ignore"):
+        mass = B.total(q, keepdims=True)
+    if not bool((mass < np.inf).all()):  # finite rows whose sum overflows: scale them first
+        peak = q.amax(-1, keepdim=True) if is_torch else q.max(axis=-1, keepdims=True)
+        q = B.safe_divide(q, peak)  # every row's largest entry is now 1: the sum is finite
+        mass = B.total(q, keepdims=True)
     empty = ~(mass > 0)  # also catches NaN
     if bool(empty.any()):
         _no_kept_mass(B.to_numpy(empty), B.to_numpy(mass))
@@ -373,6 +392,17 @@ def _python_int_counts(token_counts, raw: np.ndarray) -> np.ndarray | None:
     return np.array([int(c) for c in items], dtype=object)
 
 
+def _most_frequent_exact(values: list, k) -> np.ndarray:
+    """:func:`keep_most_frequent` of exact (Fraction) counts, compared as exact numbers."""
+    if any(v < 0 for v in values):
+        raise InputError("token_counts must be finite and non-negative")
+    k = as_count(k, "k", 1)
+    if k > len(values):
+        raise InputError(f"k must be in [1, {len(values)}], got {k}")
+    order = sorted(range(len(values)), key=lambda i: (-values[i], i))  # ties: lower id first
+    return np.sort(np.array(order[:k], dtype=np.int64))
+
+
 def keep_most_frequent(token_counts, k: int) -> np.ndarray:
     """Ids of the ``k`` most frequent tokens of a count vector (ties: lower id first), sorted.
 
@@ -390,6 +420,9 @@ def keep_most_frequent(token_counts, k: int) -> np.ndarray:
         exact = _python_int_counts(token_counts, raw)
         if exact is not None:
             raw, integer = exact, True
+    if (not integer and raw is not None and raw.ndim == 1 and raw.size
+            and is_rational_array(raw)):  # Fractions: ranked exactly (float64 would tie them)
+        return _most_frequent_exact(list(raw), k)
     counts = raw if integer else as_real_array(token_counts if raw is None else raw,
                                                "token_counts")
     if counts.ndim != 1 or counts.size == 0:

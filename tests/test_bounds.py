@@ -333,3 +333,24 @@ def test_bounds_table_never_prints_a_false_inequality(tmp_path, capsys, monkeypa
         assert main(["bounds", str(tmp_path / "c.npz"), "--kernel", "covariance",
                      "--json"]) == (0 if holds else 1)
         capsys.readouterr()
+
+
+@pytest.mark.parametrize("mask, message", [
+    ([[1], [0, 1]], "ragged"),
+    ([[np.nan, 0], [0, 1]], "outside {0, 1}"),
+    ([[0.5, 1], [0, 1]], "outside {0, 1}"),
+    ([["a", "b"], ["c", "d"]], "got <U1"),
+])
+def test_best_static_kernel_mask_holds_bools_or_zeros_and_ones(mask, message):
+    """A NaN or 0.5 in the mask was read as True (the kernel's support silently widened), and a
+    ragged one was a raw ValueError; 0/1 numbers are bools."""
+    from rdk_theory.bounds import best_static_kernel_lp
+    from rdk_theory.validation import InputError
+
+    p, q = np.array([[0.5, 0.5]]), np.array([[1.0, 0.0]])
+    with pytest.raises(InputError, match=message):
+        best_static_kernel_lp(p, q, mask=mask)
+    _, best = best_static_kernel_lp(p, q, mask=[[1, 1], [0, 1]])  # may move half of token 0
+    assert_close(best, 1.0, atol=LP_ATOL)
+    _, stay = best_static_kernel_lp(p, q, mask=np.eye(2, dtype=bool))  # the identity only
+    assert_close(stay, 0.5, atol=LP_ATOL)

@@ -1,8 +1,11 @@
+from fractions import Fraction
+
 import numpy as np
 import pytest
 
 import rdk_theory as rt
 from rdk_theory.tokens import detect_space_marker
+from tests.tolerances import assert_close
 
 
 def test_keep_most_frequent_breaks_ties_by_lower_id_and_sorts():
@@ -298,3 +301,59 @@ def test_empty_specials_stay_holes_and_plain_vocabularies_are_plain():
 
     assert mark_special(["a", "", "s"], ["a", "", "<s>"], [1, 2]) == ["a", "", SPECIAL_PREFIX + "<s>"]
     assert detect_space_marker(["a", "bc"]) is None and token_family(["a", "bc"]) == "plain"
+
+
+def test_an_unpickled_or_deep_copied_map_stays_read_only():
+    """pickle and deepcopy brought the ids back writable: an edit could then send two drafter
+    tokens to one target id after the map's checks, and change its hash."""
+    import copy
+    import pickle
+
+    vm = rt.VocabMap(3, [2, 0])
+    for back in (pickle.loads(pickle.dumps(vm)), copy.deepcopy(vm)):
+        assert back == vm and hash(back) == hash(vm)
+        with pytest.raises(ValueError, match="read-only"):
+            back.draft_to_target[1] = 2
+
+
+def test_a_drafter_with_extra_columns_is_not_the_identity_map():
+    """[0, -1, 1]: target ids 0, 1 in order, but the drafter has 3 columns; the plan called it
+    the identity (proposals stayed right only because the scatter checked widths again)."""
+    vm = rt.VocabMap(2, [0, -1, 1])
+    assert vm.scatter_plan[2] is False and rt.VocabMap.identity(2).scatter_plan[2] is True
+    q = np.array([0.5, 0.3, 0.2])
+    assert_close(rt.vanilla_proposal(q, vm), [0.5, 0.2])
+
+
+def test_pruned_draft_probs_of_rows_whose_sum_overflows():
+    """Finite entries summing to inf gave rows of zeros (with only a RuntimeWarning)."""
+    vm = rt.VocabMap.from_kept_ids([2, 0], 3)
+    assert_close(rt.pruned_draft_probs([1e308, 0.3, 1e308], vm), [0.5, 0.5])
+    torch = pytest.importorskip("torch")
+    rows = torch.tensor([[1e308, 0.3, 1e308], [0.2, 0.3, 0.5]], dtype=torch.float64)
+    assert_close(rt.pruned_draft_probs(rows, vm).numpy(), [[0.5, 0.5], [5 / 7, 2 / 7]])
+
+
+def test_keep_most_frequent_ranks_fractions_exactly():
+    """Fractions 1/6 apart at 1e20 were ranked as float64 (equal there): the tie went to id 0."""
+    big = Fraction(10 ** 20)
+    assert rt.keep_most_frequent([big + Fraction(1, 3), big + Fraction(1, 2)], 1).tolist() == [1]
+    assert rt.keep_most_frequent([Fraction(1, 3), Fraction(1, 3), Fraction(1, 2)], 2).tolist() == [0, 2]
+    with pytest.raises(rt.InputError, match="non-negative"):
+        rt.keep_most_frequent([Fraction(-1, 3), Fraction(1, 2)], 1)
+
+
+@pytest.mark.parametrize("call, message", [
+    (lambda: rt.VocabMap.from_token_strings(None, ["a"]), "draft_tokens must be a list"),
+    (lambda: rt.VocabMap.from_token_strings(["a"], 3.5), "target_tokens must be a list"),
+    (lambda: rt.VocabMap.from_token_strings(["\u2581a"], ["\u0120a"], normalise="marker",
+                                            draft_space_marker=""),
+     "draft_space_marker must be a non-empty string"),
+    (lambda: rt.VocabMap.from_kept_ids(np.array([2 ** 64 - 1], dtype=np.uint64), 3),
+     "holds id 18446744073709551615,"),
+])
+def test_token_list_and_kept_id_errors_name_the_problem(call, message):
+    """None or a number as a token list was a raw TypeError; an empty marker matched nothing
+    silently; a uint64 id was printed through a float (...616)."""
+    with pytest.raises(rt.InputError, match=message):
+        call()
