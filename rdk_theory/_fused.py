@@ -7,8 +7,9 @@ compiled loop does it in two passes over the row, walking the target vocabulary 
 stay in L1:
 
 * pass 1: ``v = q' / Z`` for the chunk, ``sum v``, ``sum q'`` and ``u = C v`` (r dot
-  products); ``1 / Z`` comes from the diagonal coefficient (:func:`_pass1_py`), one array fewer
-  to read;
+  products), reading ``1 / Z``; pass 2 forms the diagonal coefficient from the same array
+  (:func:`_pass2_py`), so the two passes read one per-token array and the second finds it in
+  cache;
 * pass 2: ``q'' = sum v + q' * coef + C^T u / tau`` for the chunk, written once, with the sum
   of its negative parts (for the clip) and, when ``p`` is given, ``sum min(p, q'')`` (the
   acceptance).
@@ -211,20 +212,19 @@ def _axpys_py(v, xs, ys, g, c, k0, j0, m, w):
                 v[j] += w0 * c0[j] + w1 * c1[j] + w2 * c2[j] + w3 * c3[j]
 
 
-def _pass1_py(q, coef, inv_n, c, b0, nb_, j_lo, j_hi, chunk, u, sv, sq, v):
+def _pass1_py(q, inv_z, c, b0, nb_, j_lo, j_hi, chunk, u, sv, sq, v):
     """Columns ``[j_lo, j_hi)`` of rows ``b0 .. b0 + nb_``: ``sv += sum v``, ``u += C v`` and
     ``sq += sum q`` (the row sum that normalises the input, see :func:`first_order`).
 
-    ``v = q' / Z`` with ``1 / Z_j = (1 - coef_j) / N``, an identity of the first-order
-    definition (``coef_j + N / Z_j = 1``: the vector sums to ``sum q'``), so both passes read
-    the same array and the second finds it in cache. ``1 - coef`` is at most 1 and ``1 / Z`` at
-    most ``1 / N``, so the identity holds to round-off relative to ``1 / N`` (tested).
-    The first four factor rows are dotted in the loop that forms ``v`` (:func:`_group_py`);
-    further rows sweep the stored chunk of ``v``."""
+    ``v = q' / Z`` from ``inv_z`` (``1 / Z``) itself. (It was once derived from the diagonal
+    coefficient as ``(1 - coef_j) / N``: where ``e^-a_j`` nears float64's eps that subtraction
+    cancels, and ``B`` amplified the error to 5e-7 at tau = 1e-20.) The first four factor rows
+    are dotted in the loop that forms ``v`` (:func:`_group_py`); further rows sweep the stored
+    chunk of ``v``."""
     r = c.shape[0]
     for j0 in range(j_lo, j_hi, chunk):
         m = min(j0 + chunk, j_hi) - j0
-        cf = coef[j0:j0 + m]
+        w = inv_z[j0:j0 + m]
         c0, c1, c2, c3 = _group(c, 0, j0, m)
         for i in range(nb_):
             qi = q[b0 + i, j0:j0 + m]
@@ -236,7 +236,7 @@ def _pass1_py(q, coef, inv_n, c, b0, nb_, j_lo, j_hi, chunk, u, sv, sq, v):
             a3 = 0.0
             for j in range(m):
                 x = qi[j]
-                y = x * ((1.0 - cf[j]) * inv_n)
+                y = x * w[j]
                 v[j] = y
                 s += y
                 t += x
@@ -282,10 +282,15 @@ def _centre_py(u, sv, shift, inv_tau, scale, b0, nb_):
         sv[i] = sv[i] * g - corr
 
 
-def _pass2_py(q, p, with_alpha, c, coef, scale, out, b0, nb_, j_lo, j_hi, chunk, u, sv, lo,
-              al, v, one):
+def _pass2_py(q, p, with_alpha, c, inv_z, n_f, scale, out, b0, nb_, j_lo, j_hi, chunk, u, sv,
+              lo, al, v, one, cf):
     """Columns ``[j_lo, j_hi)``: ``q''`` written once; ``lo += sum of its negative parts``
     (< 0 iff an entry is < 0) and, with ``p``, ``al += sum min(p, q'')``.
+
+    The diagonal coefficient ``coef_j = 1 - N / Z_j`` (an identity of the first-order
+    definition: the vector sums to ``sum q'``) is formed per chunk into ``cf`` from ``inv_z``
+    (the array pass 1 read, now in cache) and ``n_f = N``; its absolute error is float64's eps,
+    round-off relative to ``q'_j`` in the term ``q'_j coef_j``.
 
     One loop forms ``q''`` from ``q' coef g`` (``g`` the row's scale), ``sum v`` and the first
     four factor rows and writes it. With more than four rows, ``q' coef g`` plus the other
@@ -295,7 +300,9 @@ def _pass2_py(q, p, with_alpha, c, coef, scale, out, b0, nb_, j_lo, j_hi, chunk,
     r = c.shape[0]
     for j0 in range(j_lo, j_hi, chunk):
         m = min(j0 + chunk, j_hi) - j0
-        cf = coef[j0:j0 + m]
+        w = inv_z[j0:j0 + m]
+        for j in range(m):
+            cf[j] = 1.0 - n_f * w[j]
         c0, c1, c2, c3 = _group(c, 0, j0, m)
         for i in range(nb_):
             qi = q[b0 + i, j0:j0 + m]
@@ -357,7 +364,7 @@ def _work_item_py(it, nseg, rb, n_rows, n_chunks, chunk, n):
     return b, s, b0, min(b0 + rb, n_rows) - b0, j_lo, j_hi
 
 
-def _first_order_py(q, p, with_alpha, c, shift, coef, inv_n, inv_tau, out, alpha, chunk, rb, nseg,
+def _first_order_py(q, p, with_alpha, c, shift, inv_z, n_f, inv_tau, out, alpha, chunk, rb, nseg,
                     normalise, sums, scale, min_sum):
     """Rows in blocks of ``rb``; with ``nseg > 1`` each block's vocabulary is also split into
     ``nseg`` chunk-aligned segments. ``prange`` runs the work items on numba's threads in the
@@ -379,11 +386,11 @@ def _first_order_py(q, p, with_alpha, c, shift, coef, inv_n, inv_tau, out, alpha
             al = np.zeros(rb)
             sq = np.zeros(rb)
             v = np.empty(chunk)
-            _pass1(q, coef, inv_n, c, b0, nb_, 0, n, chunk, u, sv, sq, v)
+            _pass1(q, inv_z, c, b0, nb_, 0, n, chunk, u, sv, sq, v)
             _scale_rows(sq, sums, scale, b0, nb_, normalise, min_sum)
             _centre(u, sv, shift, inv_tau, scale, b0, nb_)
-            _pass2(q, p, with_alpha, c, coef, scale, out, b0, nb_, 0, n, chunk, u, sv, lo, al, v,
-                   one)
+            _pass2(q, p, with_alpha, c, inv_z, n_f, scale, out, b0, nb_, 0, n, chunk, u, sv, lo,
+                   al, v, one, np.empty(chunk))
             for i in range(nb_):
                 alpha[b0 + i] = al[i]
                 if lo[i] < 0:
@@ -397,7 +404,7 @@ def _first_order_py(q, p, with_alpha, c, shift, coef, inv_n, inv_tau, out, alpha
         sq = np.zeros((nblk, nseg, rb))
         for it in prange(nblk * nseg):
             b, s, b0, nb_, j_lo, j_hi = _work_item(it, nseg, rb, n_rows, n_chunks, chunk, n)
-            _pass1(q, coef, inv_n, c, b0, nb_, j_lo, j_hi, chunk, u[b, s], sv[b, s], sq[b, s],
+            _pass1(q, inv_z, c, b0, nb_, j_lo, j_hi, chunk, u[b, s], sv[b, s], sq[b, s],
                    np.empty(chunk))
         for b in range(nblk):
             for s in range(1, nseg):
@@ -409,8 +416,8 @@ def _first_order_py(q, p, with_alpha, c, shift, coef, inv_n, inv_tau, out, alpha
             _centre(u[b, 0], sv[b, 0], shift, inv_tau, scale, b * rb, nb_)
         for it in prange(nblk * nseg):
             b, s, b0, nb_, j_lo, j_hi = _work_item(it, nseg, rb, n_rows, n_chunks, chunk, n)
-            _pass2(q, p, with_alpha, c, coef, scale, out, b0, nb_, j_lo, j_hi, chunk,
-                   u[b, 0], sv[b, 0], lo[b, s], al[b, s], np.empty(chunk), one)
+            _pass2(q, p, with_alpha, c, inv_z, n_f, scale, out, b0, nb_, j_lo, j_hi, chunk,
+                   u[b, 0], sv[b, 0], lo[b, s], al[b, s], np.empty(chunk), one, np.empty(chunk))
         for row in range(n_rows):
             b = row // rb
             i = row - b * rb
@@ -466,7 +473,7 @@ def first_order(q_prime, target_probs, arrays, *, normalise=False, threads=None,
     ``sum v`` and ``q' coef`` are scaled by ``1 / sum r`` on the way; the division pass that
     would write ``q'`` and the pass that would read it back are saved.
 
-    ``arrays = (stored, shift, coef, tau)`` as set up by
+    ``arrays = (stored, shift, inv_z, tau)`` (``inv_z``: ``1 / Z`` per token) as set up by
     :class:`rdk_theory.first_order.FirstOrderCovarianceKernel`: the factor is
     ``C = stored - shift 1^T`` with ``stored`` (r, N) float64 or float32 and ``shift`` (r,)
     float64 (zeros when ``stored`` is ``C`` itself). ``threads``: how many of numba's threads
@@ -480,8 +487,8 @@ def first_order(q_prime, target_probs, arrays, *, normalise=False, threads=None,
             raise ImportError("the fused first-order kernel needs numba: "
                               "pip install 'rdk-theory[fast]'")
         serial = _kernel(parallel=False)
-    stored, shift, coef, tau = arrays
-    n = coef.shape[0]
+    stored, shift, inv_z, tau = arrays
+    n = inv_z.shape[0]
     shape, q2, p2, with_alpha = rows_of(q_prime, target_probs, n)
     n_rows = q2.shape[0]
     out = np.empty((n_rows, n))
@@ -491,7 +498,7 @@ def first_order(q_prime, target_probs, arrays, *, normalise=False, threads=None,
     threads = 1 if threads is None or threads == 1 else max(1, min(int(threads), default_threads()))
     rb, nseg = _plan_memo(n_rows, n, stored.nbytes, threads, chunk, rows)
     lo = smallest_scaled_sum(tau)
-    args = (q2, p2, with_alpha, stored, shift, coef, 1.0 / n, 1.0 / tau, out, alpha,
+    args = (q2, p2, with_alpha, stored, shift, inv_z, float(n), 1.0 / tau, out, alpha,
             chunk, rb, segments or nseg, bool(normalise), sums, scale, lo)
     if threads == 1:  # the serial build: no thread pool, no lock
         small = serial(*args)

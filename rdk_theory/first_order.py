@@ -163,7 +163,7 @@ class FirstOrderCovarianceKernel:
         den = 1 + (self.n - 1 - a) * e
         self.a, self.inv_z, self.diag_coef = a, e / den, (1 - e) / den
         self._coef = self.diag_coef - self.a * self.inv_z
-        self._fused_arrays = (stored, shift, self._coef, self.tau)
+        self._fused_arrays = (stored, shift, self.inv_z, self.tau)
         self._products = None  # the numpy/torch engine's (left, right): built on first use
         self._products32 = None  # their float32 roundings, for engine="blas" with a float32 factor
         self._compiled = False  # plain float64 input's engine: "fused", "blas" or None; first use

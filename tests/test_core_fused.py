@@ -173,15 +173,35 @@ def test_serial_and_parallel_builds_never_share_a_disk_cache_entry():
     assert par.py_func.__code__ is ser.py_func.__code__  # the same driver, not a copy of it
 
 
-def test_inverse_normaliser_comes_from_the_diagonal_coefficient():
-    """Pass 1 reads ``1/Z = (1 - coef)/N`` instead of a second array: the identity holds to
-    round-off relative to 1/N at every temperature (at tau = 1e-6 the diagonal reaches a = 124,
-    where 1/Z ~ 1e-54 rounds to 0: an error of 1e-54, far below float64 resolution at 1/N)."""
+def test_diagonal_coefficient_comes_from_the_inverse_normaliser():
+    """Pass 2 forms ``coef = 1 - N / Z`` from the ``1/Z`` array pass 1 read: the identity holds
+    to float64's eps in absolute terms at every temperature, round-off for the term
+    ``q'_j coef_j`` (at tau = 1e-6 the diagonal reaches a = 124, where 1/Z ~ 1e-54)."""
     for tau in (1e-6, 1e-3, 1.0):
         cal, _, _ = _case(500, seed=13, s=8)
         k = rt.FirstOrderCovarianceKernel(cal, tau, engine="numpy")
-        n = k.n
-        assert np.max(np.abs((1.0 - k._coef) / n - k.inv_z)) <= 4e-16 / n
+        assert np.max(np.abs((1.0 - k.n * k.inv_z) - k._coef)) <= 4e-16
+
+
+@pytest.mark.parametrize("tau", [1e-12, 1e-20, 1e-28])
+def test_fused_engine_where_the_normaliser_nears_float64_eps(tau):
+    """A token at a = 39.4 (e^-a ~ 7e-18) correlated with one of huge variance: deriving 1/Z as
+    (1 - coef) / N cancelled to a negative number, and B (up to 6e10 here) amplified it, the
+    fused engine's q'' off by 5e-7 at tau = 1e-20 and its acceptance by 5e-4 at 1e-28 (the
+    correction of the wrong sign). Now it agrees with the numpy engine to round-off."""
+    base = np.array([0.2, 0.2, 0.6])
+    d = np.sqrt(4 * 39.375 * tau)
+    cal = np.array([base + [d, 0.5, -0.5 - d], base])
+    q, p = np.array([0.4, 0.3, 0.3]), np.array([0.1, 0.3, 0.6])
+    want = rt.FirstOrderCovarianceKernel(cal, tau, engine="numpy").transport_with_acceptance(q, p)
+    for engine in ("fused", "auto"):
+        got = rt.FirstOrderCovarianceKernel(cal, tau, engine=engine).transport_with_acceptance(q, p)
+        assert_close(got[0], want[0])
+        assert_close(got[1], want[1])
+
+
+def test_fused_engine_refuses_a_row_of_the_wrong_width():
+    k = rt.FirstOrderCovarianceKernel(_case(500, seed=13, s=8)[0], 1e-3, engine="numpy")
     with pytest.raises(ValueError, match="entries per row"):
         _fused.first_order(np.full((1, 499), 1 / 499), None, k._fused_arrays)
 
@@ -212,9 +232,9 @@ def test_the_loops_run_as_plain_python_too(segments, normalise):
     cal, q, p = _case(25, seed=3, batch=(3,))
     ref = rt.FirstOrderCovarianceKernel(cal, 3e-4, rank=6, engine="numpy", factor_dtype="float32")
     out, alpha, sums, scale = np.empty_like(q), np.empty(3), np.empty(3), np.empty(3)
-    stored, shift, coef, tau = ref._fused_arrays
+    stored, shift, inv_z, tau = ref._fused_arrays
     given = q / 4 if normalise else q
-    _fused._first_order_py(given, p, True, stored, shift, coef, 1 / q.shape[1], 1 / tau, out, alpha,
+    _fused._first_order_py(given, p, True, stored, shift, inv_z, float(q.shape[1]), 1 / tau, out, alpha,
                            8, 2, segments, normalise, sums, scale, _fused.TINY)
     assert_close(out, ref.transport(q))
     assert_close(alpha, rt.acceptance_rate(p, ref.transport(q)))
