@@ -81,7 +81,7 @@ def _epilogue_py(buf, q, p, with_alpha, coef, scale, out, r0, j0, alpha, low):
                 x = (b[k] + qi[k] * c[k]) * g
                 oi[k] = x
                 y = pi[k]
-                s += x if x < y else y
+                s += y if y <= x else x  # min(p, q''); a NaN in q'' stays NaN
                 neg += x if x < 0.0 else 0.0
             alpha[r0 + i] += s
         else:

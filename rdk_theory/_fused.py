@@ -324,7 +324,7 @@ def _pass2_py(q, p, with_alpha, c, inv_z, n_f, scale, out, b0, nb_, j_lo, j_hi, 
                 x = s0 + xs[j] * ys[j] * g + w0 * c0[j] + w1 * c1[j] + w2 * c2[j] + w3 * c3[j]
                 oi[j] = x
                 y = pi[j]
-                s += x if x < y else y
+                s += y if y <= x else x  # min(p, q''); a NaN in q'' stays NaN
                 low += x if x < 0.0 else 0.0
             al[i] += s
             lo[i] += low

@@ -44,8 +44,8 @@ from . import _blocked, _fused, _triton
 from .acceptance import acceptance_rate
 from .kernels import _centred_factor, _DeviceCache, check_width
 from ._fused import _F64
-from .validation import (InputError, as_calibration, as_count, as_real_array, check_broadcast,
-                         check_tau, same_backend)
+from .validation import (InputError, as_calibration, as_count, as_real_array, as_real_tensor,
+                         check_broadcast, check_tau, same_backend)
 
 
 def _plain(x) -> bool:
@@ -288,14 +288,18 @@ class FirstOrderCovarianceKernel:
                                     check=False)
 
     def _input(self, q_prime):
-        """``q_prime`` checked to hold the kernel's N target ids on its last axis; integer
-        tensors and Fraction arrays as float64 (the kernel's numbers are floats: exp has no
-        exact value), anything else as given. A few attribute reads on the decode-loop input."""
+        """``q_prime`` checked to hold the kernel's N target ids on its last axis; a tensor as
+        a floating one (integer tensors as float64), a numpy float array as given (a compiled
+        engine forced by name refuses one that is not float64), anything else as float64
+        numpy (a list, integers, Fraction arrays: the kernel's numbers are floats, exp has no
+        exact value; complex numbers and strings are InputErrors). A few attribute reads on
+        the decode-loop input."""
         if not _plain(q_prime) or q_prime.shape[-1] != self.n:
             check_width(q_prime, self.n)
-            q_prime = B.floating(q_prime)
-            if B.is_exact(q_prime):
-                q_prime = q_prime.astype(np.float64)
+            if B.is_torch(q_prime):
+                q_prime = as_real_tensor(q_prime, "q_prime")
+            elif not (isinstance(q_prime, np.ndarray) and q_prime.dtype.kind == "f"):
+                q_prime = as_real_array(q_prime, "q_prime")
         return q_prime
 
     @property

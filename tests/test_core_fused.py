@@ -374,3 +374,29 @@ def test_a_round_off_sized_negative_entry_is_still_clipped(engine):
     assert want.min() == 0.0 and got.min() == 0.0
     assert_close(got, want, err_msg=f"{engine} vs numpy after the clip")
     assert_close(alpha, np.minimum(want, 1.0 / n).sum(), err_msg="acceptance after the clip")
+
+
+@pytest.mark.parametrize("engine", ["numpy", "fused", "blas", "auto"])
+def test_a_nan_in_q_prime_gives_a_nan_acceptance_on_every_engine(engine):
+    """The compiled engines summed min(p, q'') with a select that took p where q'' was NaN:
+    a NaN proposal reported an acceptance of exactly 1.0, where the numpy engine gave NaN."""
+    cal, q, p = _case(9, seed=4, s=4, batch=(3,))
+    q[1, 0] = np.nan
+    out, alpha = rt.FirstOrderCovarianceKernel(cal, 0.1, engine=engine).transport_with_acceptance(q, p)
+    assert np.isnan(alpha[1]) and np.isnan(out[1]).all()
+    assert np.isfinite(alpha[[0, 2]]).all()
+
+
+@pytest.mark.parametrize("engine", ["numpy", "fused", "blas"])
+def test_lists_are_read_as_float64_and_complex_input_is_refused(engine):
+    """A list with normalise=True, or a list of rows with a target, was a raw AttributeError
+    ('list' object has no attribute 'sum' / 'shape'); complex q' ran as complex."""
+    cal, q, p = _case(6, seed=5, s=3, batch=(2,))
+    k = rt.FirstOrderCovarianceKernel(cal, 0.1, engine=engine)
+    assert_close(k.transport(q[0].tolist(), normalise=True), k.transport(q[0], normalise=True))
+    got = k.transport_with_acceptance(q.tolist(), p[0])
+    want = k.transport_with_acceptance(q, p[0])
+    assert_close(got[0], want[0])
+    assert_close(got[1], want[1])
+    with pytest.raises(rt.InputError, match="q_prime must hold real numbers"):
+        k.transport(q[0] + 0j)
