@@ -73,14 +73,37 @@ def speedup(alpha, gamma: int, c: float):
 def optimal_gamma(alpha: float, c: float, gamma_max: int = 64) -> tuple[int, float]:
     """``argmax_{0 <= gamma <= gamma_max} speedup(alpha, gamma, c)`` and the speedup there.
 
-    ``gamma = 0`` (speedup 1) means speculation does not pay.
+    ``gamma = 0`` (speedup 1) means speculation does not pay. With a free drafter (``c = 0``)
+    and ``alpha > 0`` the speedup grows with every gamma, so the answer is ``gamma_max``
+    (in floats it stops growing once ``alpha^gamma`` is below round-off, and the first of
+    those ties is not an optimum).
     """
     if np.ndim(alpha) != 0:
         raise InputError(f"optimal_gamma takes one acceptance rate, got {alpha!r}")
-    gammas = np.arange(0, _check_gamma(gamma_max) + 1)
+    gamma_max = _check_gamma(gamma_max)
+    if _check_cost(c) == 0 and _check_alpha(alpha) > 0:
+        return int(gamma_max), float(speedup(alpha, gamma_max, c))
+    gammas = np.arange(0, gamma_max + 1)
     s = np.array([speedup(alpha, int(g), c) for g in gammas])
     i = int(np.argmax(s))
     return int(gammas[i]), float(s[i])
+
+
+def tokens_sd_iid(alpha, gamma: int) -> float:
+    """Standard deviation of the tokens per call ``L`` when each of ``gamma`` drafts is accepted
+    with probability ``alpha`` independently: ``P(L = k) = alpha^(k-1) (1 - alpha)`` for
+    ``k <= gamma`` and ``P(L = gamma + 1) = alpha^gamma``."""
+    a, g = float(_check_alpha(alpha)), _check_gamma(gamma)
+    k = np.arange(1, g + 2, dtype=np.float64)
+    law = np.append(a ** (k[:-1] - 1) * (1 - a), a ** g)
+    mean = float((k * law).sum())
+    return math.sqrt(max(0.0, float((law * (k - mean) ** 2).sum())))
+
+
+def _check_sd(sd) -> None:
+    """A known standard deviation must be a finite number >= 0 (None: unknown)."""
+    if sd is not None and not 0 <= sd < math.inf:  # NaN fails too
+        raise InputError(f"sd must be a finite number >= 0 (or None), got {sd!r}")
 
 
 def _standard_error(x, sd) -> float:
@@ -101,6 +124,9 @@ def mean_ci(samples, level: float = 0.999, *, sd: float | None = None) -> tuple[
     x = np.asarray(samples, dtype=np.float64)
     if x.size == 0:
         raise InputError("mean_ci needs at least one sample")
+    if not 0 < level < 1:  # NaN fails too
+        raise InputError(f"level must be in (0, 1), e.g. 0.999, got {level!r}")
+    _check_sd(sd)
     m = float(x.mean())
     half = float(stats.norm.ppf(0.5 + level / 2)) * _standard_error(x, sd)
     return m, m - half, m + half
@@ -109,15 +135,17 @@ def mean_ci(samples, level: float = 0.999, *, sd: float | None = None) -> tuple[
 def z_pvalue(samples, expected: float, *, sd: float | None = None) -> float:
     """Two-sided p-value that ``samples`` (i.i.d., finite variance) have mean ``expected`` (CLT),
     with the law's standard deviation ``sd`` when known, else the sample's. A standard error
-    of 0 (a law with one value) gives 1 where the mean is ``expected`` and 0 elsewhere."""
+    of 0 (a law with one value) gives 1 where every sample is ``expected`` and 0 elsewhere
+    (samples that vary cannot come from a law with one value)."""
     from scipy import stats
 
     x = np.asarray(samples, dtype=np.float64)
     if x.size == 0:
         raise InputError("z_pvalue needs at least one sample")
+    _check_sd(sd)
     se = _standard_error(x, sd)
     if se == 0:
-        return 1.0 if abs(x.mean() - expected) < 1e-12 else 0.0
+        return 1.0 if np.all(np.abs(x - expected) < 1e-12) else 0.0
     return float(2 * stats.norm.sf(abs(x.mean() - expected) / se))
 
 

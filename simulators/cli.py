@@ -25,6 +25,9 @@ RAW = argparse.RawDescriptionHelpFormatter
 #: 1024); disco's toy LM runs one Monte Carlo policy per static gamma.
 DSI_MAX_WORK = 2**21  # c-points x a-points x k-max: about 80 s
 DISCO_MAX_GAMMA = 64
+#: Longest acceptance trace: the toy LM's trace keeps its whole context (about 0.3 GB and 2 s
+#: at 8,000 positions on 2 cores, 1 GB and 12 s at 16,000).
+DISCO_MAX_TRACE = 10_000
 
 
 def _emit(args, obj, lines):
@@ -118,7 +121,8 @@ def cmd_block(args) -> int:
 
 # --------------------------------------------------------------------------------- speedup
 def cmd_speedup(args) -> int:
-    from .block import expected_tokens_iid, mc_tokens_iid, mean_ci, optimal_gamma, speedup
+    from .block import (expected_tokens_iid, mc_tokens_iid, mean_ci, optimal_gamma, speedup,
+                        tokens_sd_iid)
 
     if args.gamma_max < 1 or args.gamma_max > 512:
         raise InputError(f"--gamma-max must be in 1..512, got {args.gamma_max}")
@@ -134,10 +138,13 @@ def cmd_speedup(args) -> int:
                # the optimum lies beyond the cap: speedup is quasi-concave in gamma (concave
                # tokens over affine cost), so one more gamma tells
                "at_gamma_max": bool(g == args.gamma_max
-                                    and speedup(a, args.gamma_max + 1, args.c) > s)}
+                                    and ((args.c == 0 and a > 0)  # grows with every gamma
+                                         or speedup(a, args.gamma_max + 1, args.c) > s))}
         if args.mc and g > 0:
             x = mc_tokens_iid([a] * g, args.mc, rng)
-            m, lo, hi = mean_ci(x, 0.999)
+            # the law's own standard deviation: the sample's gave a zero-width interval when
+            # every draw was gamma + 1 (alpha near 1), excluding the exact value
+            m, lo, hi = mean_ci(x, 0.999, sd=tokens_sd_iid(a, g))
             row["mc"] = {"n": args.mc, "tokens_per_call": m, "ci999": [lo, hi],
                          "speedup": m / (g * args.c + 1),
                          "speedup_ci999": [lo / (g * args.c + 1), hi / (g * args.c + 1)]}
@@ -151,7 +158,8 @@ def cmd_speedup(args) -> int:
         mc = (f"   {r['mc']['tokens_per_call']:.4f} [{r['mc']['ci999'][0]:.4f}, {r['mc']['ci999'][1]:.4f}]"
               if "mc" in r else "")
         best_g = f"{'>=' if r['at_gamma_max'] else ''}{r['best_gamma']}"
-        lines.append(f"{r['alpha']:>7.3f}{best_g:>12}{r['tokens_per_call']:>13.4f}{r['speedup']:>10.4f}{mc}")
+        a_text = f"{r['alpha']:.3f}" if round(r["alpha"], 3) == r["alpha"] else f"{r['alpha']:.6g}"
+        lines.append(f"{a_text:>7}{best_g:>12}{r['tokens_per_call']:>13.4f}{r['speedup']:>10.4f}{mc}")
     if any(r["at_gamma_max"] for r in rows):
         lines.append(f">=: the best gamma searched is the largest (--gamma-max {args.gamma_max}) and "
                      "gamma + 1 is faster; raise it to find the optimum (the row is at that gamma)")
@@ -218,6 +226,13 @@ def cmd_disco(args) -> int:
     if not 1 <= args.gamma_max <= DISCO_MAX_GAMMA:
         raise InputError(f"--gamma-max must be in 1..{DISCO_MAX_GAMMA} (the toy LM runs one Monte Carlo "
                          f"policy per static gamma), got {args.gamma_max}")
+    if args.trace_length > DISCO_MAX_TRACE:
+        raise InputError(f"--trace-length must be at most {DISCO_MAX_TRACE:,} (the toy LM's trace "
+                         f"keeps its whole context: time and memory grow with its square), got "
+                         f"{args.trace_length}")
+    repeated = next((t for i, t in enumerate(args.thresholds) if t in args.thresholds[:i]), None)
+    if repeated is not None:
+        raise InputError(f"--thresholds lists {repeated!r} twice")
     rng = np.random.default_rng(args.seed)
     trace = disco.regime_trace(rng, args.trace_length)
     n = trace.size
@@ -236,7 +251,7 @@ def cmd_disco(args) -> int:
     jobs = ([("static", {"gamma": g}) for g in range(1, args.gamma_max + 1)] + [("oracle", {})]
             + [("threshold", {"threshold": t}) for t in args.thresholds])
     for pol, kw in progress(jobs, desc="disco policies", total=len(jobs)):
-        key = pol + (f"_{list(kw.values())[0]:g}" if kw else "")
+        key = pol + (f"_{list(kw.values())[0]!r}" if kw else "")  # 0.3 and 0.3000001 differ
         runs[key] = disco.run_policy(tgt, fl, args.tokens, args.c, rng, policy=pol,
                                      gamma_max=args.gamma_max, **kw)
     st = [runs[f"static_{g}"]["time_per_token"] for g in range(1, args.gamma_max + 1)]
@@ -524,7 +539,7 @@ def register(subparsers) -> None:
                         f"and threshold policies, 1..{DISCO_MAX_GAMMA} (default 8)")
     c.add_argument("--tokens", type=_positive_int, default=20000, help="tokens per policy (default 20000)")
     c.add_argument("--trace-length", type=int_at_least(2), default=2000,
-                   help="positions of each acceptance trace, >= 2 (default 2000)")
+                   help="positions of each acceptance trace, 2..10,000 (default 2000)")
     c.add_argument("--thresholds", type=_unit_float, nargs="*", default=[0.1, 0.2, 0.3, 0.4, 0.5],
                    help="confidence thresholds in [0, 1] (default 0.1 .. 0.5)")
     c.add_argument("--seed", type=_count, default=0,

@@ -95,6 +95,10 @@ def make_proposal_fn(drafter, vocab_map, sampler: str = "tli", *, kernel=None, f
         raise InputError("sampler rdk_exact needs a kernel")
     if sampler == "rdk_first_order" and first_order is None:
         raise InputError("sampler rdk_first_order needs a first-order kernel")
+    if exact and getattr(drafter, "exact", True) is False:  # its proposals would be floats,
+        # and the exact checks (is_lossless, block_law) would judge round-off
+        raise InputError("exact=True needs a drafter with Fraction tables; pass exact=False "
+                         "for a float drafter (e.g. drafter.float_copy())")
     rational = exact and not (sampler in ("vanilla", "tli") or
                               (sampler == "rdk_exact" and _is_exact_kernel(kernel)))
     cache: dict = {}

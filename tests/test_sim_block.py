@@ -145,3 +145,39 @@ def test_simulators_name_a_gamma_or_k_that_is_not_a_count(bad):
                          "k must be an integer >= 1")):
         with pytest.raises(InputError, match=match):
             call()
+
+
+def test_tokens_sd_iid_is_the_exact_laws():
+    """alpha = 1/2, gamma = 3: P(L) = 1/2, 1/4, 1/8, 1/8 for L = 1..4, mean 15/8, variance
+    71/64; alpha = 1 and 0 are point masses."""
+    from simulators.block import tokens_sd_iid
+
+    assert_close(tokens_sd_iid(0.5, 3), np.sqrt(71) / 8)
+    assert tokens_sd_iid(1.0, 5) == 0.0 and tokens_sd_iid(0.0, 5) == 0.0
+    assert tokens_sd_iid(0.7, 0) == 0.0
+
+
+def test_a_free_drafter_drafts_as_far_as_allowed():
+    """c = 0: the speedup grows with every gamma; in floats it stops changing once alpha^gamma
+    is below round-off, and argmax took the first of those ties (gamma 53 of 512 at 0.5)."""
+    assert optimal_gamma(0.5, 0.0, 512)[0] == 512
+    assert optimal_gamma(0.0, 0.0, 8) == (0, 1.0)  # nothing is ever accepted: no speculation
+    assert optimal_gamma(0.5, 0.1, 512)[0] == 2  # a cost keeps its finite optimum (1.75 / 1.2)
+
+
+@pytest.mark.parametrize("call", [
+    lambda: mean_ci([1.0, 2.0, 3.0], 95),
+    lambda: mean_ci([1.0, 2.0, 3.0], -0.5),
+    lambda: mean_ci([1.0, 2.0, 3.0], 0.95, sd=-1),
+    lambda: z_pvalue([1.0, 2.0], 1.5, sd=float("nan")),
+])
+def test_interval_and_test_arguments_are_checked(call):
+    """A level of 95 gave (2.0, nan, nan), a negative level or sd an interval with lo > hi."""
+    with pytest.raises(InputError, match="level must be in|sd must be"):
+        call()
+
+
+def test_samples_that_vary_cannot_come_from_a_law_with_one_value():
+    """sd = 0 with samples 1, 2, 3 around the expected 2 gave p = 1.0."""
+    assert z_pvalue([1.0, 2.0, 3.0], 2.0, sd=0.0) == 0.0
+    assert z_pvalue([2.0, 2.0], 2.0, sd=0.0) == 1.0

@@ -310,3 +310,37 @@ def test_block_figure_bars_are_the_exact_length_law(monkeypatch, tmp_path):
     heights = [bar.get_height() for bar in figs[0].axes[0].patches]
     plots._plt().close(figs[0])
     assert heights == [0.25, 0.5, 0.75, 0.5]  # L = 1 for both samplers, then L = 2
+
+
+def test_speedup_mc_interval_uses_the_laws_standard_deviation(capsys):
+    """At alpha = 0.9999 nearly every draw is gamma + 1 = 17: with the sample's standard
+    deviation the '99.9 %' interval was [17.0000, 17.0000] and excluded the exact 16.9864
+    printed beside it (coverage 75 % in 2,000 repeats). Its half-width is now
+    z_{0.9995} sd / sqrt(n) with the law's sd."""
+    import numpy as np
+    from scipy import stats
+
+    from simulators.block import tokens_sd_iid
+
+    rc, out, _ = _run(capsys, "speedup", "--alpha", "0.9999", "--c", "0.01", "--mc", "1000",
+                      "--seed", "1", "--json")
+    assert rc == 0
+    row = json.loads(out)["rows"][0]
+    lo, hi = row["mc"]["ci999"]
+    assert lo < row["tokens_per_call"] < hi
+    half = stats.norm.ppf(0.9995) * tokens_sd_iid(0.9999, row["best_gamma"]) / np.sqrt(1000)
+    assert abs((hi - lo) / 2 - half) <= FLOAT64_RTOL * half
+
+
+def test_disco_refuses_repeated_thresholds_and_an_overlong_trace_and_keeps_near_ones(capsys):
+    """0.3 and 0.3000001 shared the key 'threshold_0.3' (the last run overwrote the other); a
+    threshold given twice ran twice into one row; a trace of 100,000 positions would need tens
+    of GB (its context grows without limit)."""
+    rc, _, err = _run(capsys, "disco", "--thresholds", "0.3", "0.3")
+    assert rc == 2 and err.strip() == "error: --thresholds lists 0.3 twice"
+    rc, _, err = _run(capsys, "disco", "--trace-length", "10001")
+    assert rc == 2 and "--trace-length must be at most 10,000" in err
+    rc, out, _ = _run(capsys, "disco", "--tokens", "200", "--gamma-max", "2", "--trace-length",
+                      "100", "--thresholds", "0.3", "0.3000001", "--json")
+    assert rc == 0
+    assert {"threshold_0.3", "threshold_0.3000001"} <= set(json.loads(out)["toy_runs"])

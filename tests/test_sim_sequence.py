@@ -264,3 +264,16 @@ def test_noisy_drafter_imitates_the_kept_target_ids():
     drafter = noisy_drafter(MarkovLM(3, 0, {(): p}), np.random.default_rng(0), kept_ids=[2, 0], noise=0)
     assert drafter.n_out == 2
     assert list(drafter.next_probs(())) == [Fraction(3, 4), Fraction(1, 4)]
+
+
+def test_exact_proposals_need_an_exact_drafter():
+    """exact=True with a float drafter built float proposals, and is_lossless then judged
+    round-off: (False, 1.4e-17), a false 'not lossless'."""
+    from rdk_theory.validation import InputError
+    from simulators.toy_lm import toy_pair
+
+    pair = toy_pair("pruned", seed=0)
+    with pytest.raises(InputError, match="exact=True needs a drafter with Fraction tables"):
+        make_proposal_fn(pair.drafter.float_copy(), pair.vocab_map, "tli")
+    fn = make_proposal_fn(pair.drafter, pair.vocab_map, "tli")
+    assert is_lossless(pair.target, fn, gamma=2, n_tokens=3) == (True, 0)
