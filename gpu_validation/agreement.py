@@ -86,6 +86,10 @@ def binomial_agreement(predicted, accepted, n: int, n_tests: int = 2) -> dict:
     a correct count failed with probability up to 1.4e-3)."""
     a = acceptances(predicted)
     k = np.asarray(accepted, dtype=np.float64)
+    if a.size == 0 or int(n) < 1 or k.shape != a.shape:  # means over nothing would be NaN
+        raise ValueError(f"binomial_agreement needs at least one position, n >= 1 steps and one "
+                         f"count per position, got {a.size} positions, n = {n}, counts of shape "
+                         f"{k.shape}")
     var = n * a * (1 - a)
     z = float((k.sum() - n * a.sum()) / np.sqrt(var.sum())) if var.sum() > 0 else 0.0
     sel = var >= MIN_EXPECTED_VARIANCE

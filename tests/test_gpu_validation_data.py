@@ -772,3 +772,12 @@ def test_study_predictions_use_the_kept_sets_kernels_on_the_variance_grid():
     fo = FirstOrderCovarianceKernel.from_factor(case["factor"], t["rdk_first_order"])
     assert_close(row["rdk_exact"], acceptance_rate(p, exact.transport(tli)).mean())
     assert_close(row["rdk_first_order"], acceptance_rate(p, fo.transport(tli)).mean())
+
+
+@pytest.mark.parametrize("predicted, accepted, n", [
+    ([0.5, 0.3], [0, 0], 0), ([], [], 10), ([0.5, 0.3], [1], 10)])
+def test_binomial_agreement_refuses_an_empty_study(predicted, accepted, n):
+    """n = 0 or no positions gave NaN means and ci_half_width beside pass: True (NaN is not
+    JSON); a count missing for a position broadcast silently."""
+    with pytest.raises(ValueError, match="binomial_agreement needs at least one position"):
+        agreement.binomial_agreement(predicted, accepted, n)

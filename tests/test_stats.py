@@ -11,7 +11,11 @@ from tests.stats import (
 
 
 def test_budget_is_stated_once_and_consistent():
-    assert FALSE_ALARM_PER_TEST * MAX_MC_ASSERTIONS == pytest.approx(SUITE_FALSE_ALARM_BUDGET)
+    """The level times the chi-square's tail factor, over every assertion, is the budget."""
+    from tests.stats import CHI2_TAIL_FACTOR
+
+    assert (FALSE_ALARM_PER_TEST * CHI2_TAIL_FACTOR * MAX_MC_ASSERTIONS
+            == pytest.approx(SUITE_FALSE_ALARM_BUDGET))
 
 
 def test_pooling_reaches_min_expected_and_keeps_totals():
@@ -64,3 +68,25 @@ def test_power_against_a_small_shift():
     wrong = np.array([0.47, 0.33, 0.2])
     counts = np.bincount(rng.choice(3, size=200_000, p=wrong), minlength=3)
     assert chi_square_gof(counts, probs) < FALSE_ALARM_PER_TEST
+
+
+def test_chi_square_false_alarm_rate_at_the_minimum_expected_count_is_within_its_factor():
+    """The worst case of the pooled chi-square: two bins, one expecting exactly MIN_EXPECTED
+    (a Poisson-like count, the heaviest tail). Exact: sum the binomial law over every count the
+    test rejects. It must stay within CHI2_TAIL_FACTOR x the level, so the true per-assertion
+    rate is at most 1e-5; at Cochran's 5 it was 22x (2.3e-4 against 1e-5)."""
+    from scipy import stats as sstats
+
+    from tests import stats
+
+    n = 100_000
+    for min_expected, within in ((stats.MIN_EXPECTED, True), (5.0, False)):
+        prob = min_expected / n
+        level = stats.SUITE_FALSE_ALARM_BUDGET / stats.MAX_MC_ASSERTIONS  # the nominal 1e-5
+        ks = np.arange(0, int(min_expected * 6) + 50)
+        rejected = [k for k in ks
+                    if stats.chi_square_gof(np.array([k, n - k]), np.array([prob, 1 - prob]),
+                                            min_expected=min_expected) <= level]
+        rate = float(sstats.binom.pmf(rejected, n, prob).sum())
+        assert (rate <= stats.CHI2_TAIL_FACTOR * level) == within, (min_expected, rate)
+    assert stats.FALSE_ALARM_PER_TEST * stats.CHI2_TAIL_FACTOR <= 1e-5 * (1 + 1e-12)
