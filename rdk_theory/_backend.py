@@ -96,7 +96,8 @@ def scatter_last(values, index, size, *, plan=None):
 
 
 def safe_divide(num, den):
-    """``num / den`` where ``den > 0``, else 0 (``den`` broadcasts; exact for Fractions).
+    """``num / den`` where ``den > 0``, 0 where ``den <= 0``, NaN where ``den`` is NaN (a NaN
+    row stays NaN rather than passing for an empty one; ``den`` broadcasts; exact for Fractions).
 
     Divides directly (never through ``1 / den``, which overflows for a subnormal ``den``).
     On torch a ``den <= 0`` is replaced by ``+inf`` (``num`` is finite, so ``num / inf`` is 0):
@@ -106,7 +107,7 @@ def safe_divide(num, den):
     if is_torch(num):
         import torch
 
-        return num / torch.where(den > 0, den, float("inf"))  # a python float: int den too
+        return num / torch.where(den <= 0, float("inf"), den)  # a python float: int den too
     if is_exact(num):
         den_b = np.broadcast_to(den, num.shape)
         out = np.empty(num.shape, dtype=object)
@@ -117,7 +118,7 @@ def safe_divide(num, den):
             out[idx] = v / d if d > 0 else 0
         return out
     den = np.asarray(den)
-    pos = den > 0
+    pos = ~(den <= 0)  # NaN stays in: NaN / NaN
     if np.all(pos):
         return num / den
     return np.where(pos, num / np.where(pos, den, 1.0), 0.0)

@@ -376,13 +376,23 @@ def test_a_round_off_sized_negative_entry_is_still_clipped(engine):
     assert_close(alpha, np.minimum(want, 1.0 / n).sum(), err_msg="acceptance after the clip")
 
 
-@pytest.mark.parametrize("engine", ["numpy", "fused", "blas", "auto"])
-def test_a_nan_in_q_prime_gives_a_nan_acceptance_on_every_engine(engine):
+@pytest.mark.parametrize("normalise", [False, True])
+@pytest.mark.parametrize("engine", ["numpy", "fused", "blas", "auto", "torch"])
+def test_a_nan_in_q_prime_gives_a_nan_acceptance_on_every_engine(engine, normalise):
     """The compiled engines summed min(p, q'') with a select that took p where q'' was NaN:
-    a NaN proposal reported an acceptance of exactly 1.0, where the numpy engine gave NaN."""
+    a NaN proposal reported an acceptance of exactly 1.0, where the numpy engine gave NaN.
+    With ``normalise=True`` the numpy path divided by a NaN row sum as if it were 0 and
+    returned a row of zeros (acceptance 0), and torch gave a row half NaN, half 0."""
     cal, q, p = _case(9, seed=4, s=4, batch=(3,))
     q[1, 0] = np.nan
-    out, alpha = rt.FirstOrderCovarianceKernel(cal, 0.1, engine=engine).transport_with_acceptance(q, p)
+    if engine == "torch":
+        torch = pytest.importorskip("torch")
+        kernel = rt.FirstOrderCovarianceKernel(cal, 0.1)
+        q, p = torch.from_numpy(q), torch.from_numpy(p)
+    else:
+        kernel = rt.FirstOrderCovarianceKernel(cal, 0.1, engine=engine)
+    out, alpha = kernel.transport_with_acceptance(q, p, normalise=normalise)
+    out, alpha = np.asarray(out), np.asarray(alpha)
     assert np.isnan(alpha[1]) and np.isnan(out[1]).all()
     assert np.isfinite(alpha[[0, 2]]).all()
 
