@@ -170,7 +170,7 @@ def host(x, name: str = "input"):
     """``x`` as a host numpy array when it is a torch tensor on any device (numpy cannot read
     a CUDA tensor directly); anything else is returned as it is."""
     if _is_torch(x):
-        _refuse_complex(x, name)
+        _check_tensor(x, name)
         if x.is_floating_point():  # float64 on the host (numpy has no bfloat16)
             import torch
 
@@ -185,10 +185,13 @@ def same_backend(a, b, names=("a", "b")):
     promoted to float64 as numpy would; two tensors on different devices, or an exact
     ``Fraction`` array paired with a tensor, raise InputError."""
     ta, tb = _is_torch(a), _is_torch(b)
+    if ta and tb and a.device != b.device:
+        raise InputError(f"{names[0]} is on {a.device} and {names[1]} on {b.device}: "
+                         "put both on one device")
+    for t, x, name in ((ta, a, names[0]), (tb, b, names[1])):
+        if t:
+            _check_tensor(x, name)
     if ta and tb:
-        if a.device != b.device:
-            raise InputError(f"{names[0]} is on {a.device} and {names[1]} on {b.device}: "
-                             "put both on one device")
         return a, b
     if not (ta or tb):
         return a, b
@@ -316,23 +319,36 @@ def _is_torch(x) -> bool:
     return mod.startswith("torch") and hasattr(x, "dtype") and hasattr(x, "device")
 
 
-def _refuse_complex(x, name) -> None:
-    """InputError for a complex torch tensor (the tensor twin of :func:`as_real_array`'s check)."""
+def _check_tensor(x, name) -> None:
+    """InputError for a torch tensor this package cannot read: complex (the tensor twin of
+    :func:`as_real_array`'s check), sparse or otherwise not strided (the samplers index and
+    reduce dense rows), or on the meta device (shapes only, no numbers to check)."""
+    if x.layout != _strided():
+        raise InputError(f"{name} must be a dense tensor, got layout {x.layout} "
+                         "(call .to_dense() first)")
+    if x.device.type == "meta":
+        raise InputError(f"{name} is on the meta device: it has a shape but no values")
     if x.is_complex():
         raise InputError(f"{name} must hold real numbers, got {x.dtype}")
+
+
+def _strided():
+    import torch
+
+    return torch.strided
 
 
 def as_real_tensor(x, name: str):
     """A torch tensor of real numbers, on its own device: complex refused, integer or bool
     entries as float64 (as :func:`as_real_array` makes them); floating point kept as it is."""
-    _refuse_complex(x, name)
+    _check_tensor(x, name)
     return x if x.is_floating_point() else x.double()
 
 
 def _check_torch_probs(x, name, allow_sub_stochastic, atol):
     import torch
 
-    _refuse_complex(x, name)
+    _check_tensor(x, name)
     if x.ndim == 0 or x.shape[-1] == 0:
         raise InputError(f"{name} must have a non-empty last axis, got shape {tuple(x.shape)}")
     if not x.is_floating_point():  # integer and bool tensors: float64, as numpy reads them

@@ -181,6 +181,45 @@ def test_torch_input_follows_the_numpy_validation_rules():
                            torch.tensor([0.5, 0.5], dtype=torch.float64))
 
 
+@pytest.mark.parametrize("layout", ["sparse_coo", "sparse_csr", "meta"])
+def test_sparse_and_meta_tensors_are_input_errors(layout):
+    """A sparse tensor (no elementwise minimum on it) or a meta tensor (a shape without values)
+    was a raw NotImplementedError or RuntimeError from torch inside the checks; now every
+    entry point names the input and what to do (beside a CPU tensor, a meta one is on the
+    wrong device)."""
+    p = torch.tensor([[0.5, 0.5, 0.0]], dtype=torch.float64)
+    q2 = torch.tensor([[0.5, 0.5]], dtype=torch.float64)
+    convert = {"sparse_coo": lambda t: t.to_sparse(), "sparse_csr": _to_csr,
+               "meta": lambda t: t.to("meta")}[layout]
+    vm = rt.VocabMap(3, [0, 1])
+    cal = np.array([[0.5, 0.25, 0.25], [0.25, 0.5, 0.25]])
+    fo = rt.FirstOrderCovarianceKernel(cal, 0.1)
+    calls = {
+        "target_probs": [lambda b: rt.acceptance_rate(b, p), lambda b: rt.oov_cap(b, vm),
+                         lambda b: fo.transport_with_acceptance(p, b)],
+        "proposal": [lambda b: rt.step_output_law(p, b), lambda b: rt.residual(p, b),
+                     lambda b: rt.sample_counts(p, b, 10, np.random.default_rng(0))],
+        "draft_probs": [lambda b: rt.tli_proposal(b, vm), lambda b: rt.vanilla_proposal(b, vm)],
+        "q_prime": [lambda b: fo.transport(b)],
+        "calibration_probs": [lambda b: rt.FirstOrderCovarianceKernel(b, 0.1)],
+    }
+    inputs = {"draft_probs": q2, "calibration_probs": torch.as_tensor(cal)}
+    want = "(meta device|on meta)" if layout == "meta" else "must be a dense tensor"
+    for name, fns in calls.items():
+        bad = convert(inputs.get(name, p))
+        for fn in fns:
+            with pytest.raises(rt.InputError, match=f"{name} .*{want}|{name} {want}"):
+                fn(bad)
+
+
+def _to_csr(t):
+    import warnings
+
+    with warnings.catch_warnings():  # torch: "Sparse CSR tensor support is in beta state"
+        warnings.simplefilter("ignore", UserWarning)
+        return t.to_sparse_csr()
+
+
 @pytest.mark.parametrize("device", [pytest.param(d, marks=pytest.mark.gpu if d == "cuda" else ())
                                     for d in DEVICES])
 def test_rdk_proposal_with_acceptance_agrees_on_torch(device):
