@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import numbers
 from dataclasses import dataclass
+from fractions import Fraction
 from functools import cached_property
 from typing import Mapping, Sequence
 
@@ -379,17 +380,39 @@ def _no_kept_mass(empty, mass):
                      "or drop that row)")
 
 
+def _boxed_items(token_counts, raw: np.ndarray):
+    """The counts as the caller's Python objects when numpy may have rounded them (an object
+    array, or a list read as float64); None when ``raw`` is numpy's own exact reading."""
+    listed = isinstance(token_counts, (list, tuple))
+    if raw.ndim != 1 or raw.size == 0 or not (raw.dtype == object or (listed and raw.dtype.kind == "f")):
+        return None
+    return token_counts if listed else raw
+
+
 def _python_int_counts(token_counts, raw: np.ndarray) -> np.ndarray | None:
     """Integer counts that numpy could not hold as one integer type (Python ints beyond int64,
     or mixed with numpy integers: a float64 or object array) as an object array of Python
     ints, ranked exactly; None when they are not all integers."""
-    listed = isinstance(token_counts, (list, tuple))
-    if raw.ndim != 1 or raw.size == 0 or not (raw.dtype == object or (listed and raw.dtype.kind == "f")):
-        return None
-    items = token_counts if listed else raw
-    if not all(isinstance(c, numbers.Integral) and not isinstance(c, (bool, np.bool_)) for c in items):
+    items = _boxed_items(token_counts, raw)
+    if items is None or not all(isinstance(c, numbers.Integral) and not isinstance(c, (bool, np.bool_)) for c in items):
         return None
     return np.array([int(c) for c in items], dtype=object)
+
+
+def _wide_mixed_counts(token_counts, raw: np.ndarray) -> list | None:
+    """Counts that mix an integer beyond 2^53 with floats (numpy reads them all as float64,
+    tying the integer with its neighbours) as exact Fractions (a float's value is exact);
+    None otherwise (InputError for a NaN or infinity among them)."""
+    items = _boxed_items(token_counts, raw)
+    if items is None:
+        return None
+    real = all(isinstance(c, numbers.Real) and not isinstance(c, (bool, np.bool_)) for c in items)
+    if not real or not any(isinstance(c, numbers.Integral) and abs(int(c)) > 2**53 for c in items):
+        return None
+    try:
+        return [Fraction(c) for c in items]
+    except (ValueError, OverflowError):  # Fraction(nan), Fraction(inf)
+        raise InputError("token_counts must be finite and non-negative") from None
 
 
 def _most_frequent_exact(values: list, k) -> np.ndarray:
@@ -420,6 +443,10 @@ def keep_most_frequent(token_counts, k: int) -> np.ndarray:
         exact = _python_int_counts(token_counts, raw)
         if exact is not None:
             raw, integer = exact, True
+        else:
+            mixed = _wide_mixed_counts(token_counts, raw)
+            if mixed is not None:
+                return _most_frequent_exact(mixed, k)
     if (not integer and raw is not None and raw.ndim == 1 and raw.size
             and is_rational_array(raw)):  # Fractions: ranked exactly (float64 would tie them)
         return _most_frequent_exact(list(raw), k)

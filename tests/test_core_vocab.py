@@ -285,6 +285,14 @@ def test_keep_most_frequent_ranks_integer_counts_exactly():
         rt.keep_most_frequent([2**70, -1], 1)
     with pytest.raises(rt.InputError):  # ragged: still a named error, not numpy's ValueError
         rt.keep_most_frequent([[1, 2], [3]], 1)
+    # beside a float, numpy reads a wide integer as float64: 2^60 and 2^60 + 1 tied (lower
+    # id kept); they are compared exactly now, the float at its exact value
+    assert rt.keep_most_frequent([2**60, 2**60 + 1, 5.0], 1).tolist() == [1]
+    assert rt.keep_most_frequent(np.array([2**60, 2**60 + 1, 0.5], dtype=object), 1).tolist() == [1]
+    assert rt.keep_most_frequent([2**60, 2**60 + 1, 2.0**61], 2).tolist() == [1, 2]
+    for bad in (float("nan"), float("inf"), -0.5):
+        with pytest.raises(rt.InputError, match="finite and non-negative"):
+            rt.keep_most_frequent([2**60, bad], 1)
 
 
 def test_a_ragged_id_list_is_a_named_error():
