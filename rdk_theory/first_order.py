@@ -103,8 +103,9 @@ class FirstOrderCovarianceKernel:
             rank = as_count(rank, "rank", 1)
             if rank > min(s, n):
                 raise InputError(f"rank must be in [1, {min(s, n)}], got {rank}")
-            u, sv, vt = np.linalg.svd(c, full_matrices=False)
-            c = sv[:rank, None] * vt[:rank]
+            if rank < min(s, n):  # a full rank keeps C itself: an SVD rotation of it gives
+                u, sv, vt = np.linalg.svd(c, full_matrices=False)  # the same kernel but not
+                c = sv[:rank, None] * vt[:rank]  # its zeros (1e-18 / tau at tiny tau)
         self._setup(c, tau, engine, factor_dtype, threads)
 
     def _setup(self, factor, tau, engine, factor_dtype="float64", threads=None):

@@ -48,6 +48,13 @@ def test_full_rank_truncation_changes_nothing_and_factor_constructor_agrees():
     fo = rt.FirstOrderCovarianceKernel(cal, 0.05)
     assert_close(rt.FirstOrderCovarianceKernel(cal, 0.05, rank=25).transport(tli), fo.transport(tli))
     assert_close(rt.FirstOrderCovarianceKernel.from_factor(fo.factor, 0.05).transport(tli), fo.transport(tli))
+    # a full rank is C itself, not its SVD rotation (the same kernel to round-off, which 1/tau
+    # scales up: rank=S and rank=None differed by 1e-16 at tau 1e-3); now the very same numbers
+    for tau in (1e-3, 1e-20):
+        plain = rt.FirstOrderCovarianceKernel(cal, tau)
+        full = rt.FirstOrderCovarianceKernel(cal, tau, rank=min(cal.shape))
+        assert np.array_equal(full.factor, plain.factor)
+        assert np.array_equal(full.transport(tli), plain.transport(tli))
 
 
 def test_clipped_output_is_a_distribution_and_zero_rows_stay_zero():
