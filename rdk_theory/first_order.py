@@ -75,7 +75,8 @@ class FirstOrderCovarianceKernel:
     Parameters:
       calibration_probs: (S, N_T) calibration next-token distributions ``p_c``.
       tau: softmax temperature (> 0); the approximation error shrinks as ``tau`` grows.
-      rank: optional truncation of ``C`` to its top ``rank`` singular directions.
+      rank: optional truncation of ``C`` to its top ``rank`` singular directions (``min(S, N)``
+        keeps ``C`` itself: the same kernel as ``None``).
       engine: ``"auto"``, ``"fused"``, ``"blas"`` or ``"numpy"`` (see the module docstring;
         ``"numpy"`` also keeps float32 CUDA tensors on the torch path instead of Triton).
       factor_dtype: ``"float64"`` (default) or ``"float32"``: store ``C`` rounded to float32,
