@@ -117,19 +117,27 @@ def map_summary(vm: VocabMap, draft: TokenList, target: TokenList) -> dict:
             "matched_pairs_with_different_bytes": int(differ)}
 
 
-def oov_cap_by_strings(target_probs, draft: TokenList, target: TokenList) -> np.ndarray:
+def _laws(rows) -> np.ndarray:
+    return rows if isinstance(rows, np.ndarray) and rows.dtype == np.float64 else laws64(rows)
+
+
+def oov_cap_by_strings(laws, draft: TokenList, target: TokenList) -> np.ndarray:
     """``p(I)`` per row computed without a VocabMap: mass on target ids whose canonical string
     occurs in the drafter's vocabulary. Equals the map's ``p(I)`` when the target's canonical
-    strings are unique (:attr:`TokenList.n_duplicates` = 0)."""
+    strings are unique (:attr:`TokenList.n_duplicates` = 0). ``laws``: the target's rows; a
+    float64 array is taken as :func:`gpu_validation.collect.laws64` returns them (:func:`run`
+    makes that once for every pair: renormalising it again in each call cost a full float64
+    copy), any other (the models' float32 rows) goes through ``laws64`` here."""
     have = set(draft.canonical) - {""}  # holes match nothing
     mask = np.fromiter((s in have for s in target.canonical), dtype=bool,
                        count=len(target.canonical))
-    return laws64(target_probs)[:, mask].sum(axis=1)
+    return _laws(laws)[:, mask].sum(axis=1)
 
 
-def oov_caps(target_probs, next_ids, source, texts, vm: VocabMap) -> dict:
-    """Mean ``p(I)`` overall and per text, and the fraction of actual next tokens inside I."""
-    cap = oov_cap(laws64(target_probs), vm, check=False)
+def oov_caps(laws, next_ids, source, texts, vm: VocabMap) -> dict:
+    """Mean ``p(I)`` overall and per text, and the fraction of actual next tokens inside I
+    (``laws`` as in :func:`oov_cap_by_strings`)."""
+    cap = oov_cap(_laws(laws), vm, check=False)
     inside = vm.in_target_mask
     ok = next_ids >= 0
     out = {"mean": float(cap.mean()), "min": float(cap.min()),

@@ -97,6 +97,25 @@ def test_oov_caps_summary():
     assert caps["per_text"] == {"a": 0.5, "b": 0.5}
 
 
+def test_caps_take_float64_laws_as_they_are(monkeypatch):
+    """run() makes the float64 laws once for every pair and normaliser; oov_caps and
+    oov_cap_by_strings renormalised them again on each call (a full float64 copy of the
+    evaluation rows each time). Float32 rows still go through laws64
+    (test_study_and_hetero_caps_read_float32_rows_as_laws_summing_to_one)."""
+    d, t = _lists()
+    vm = hetero.build_map(d, t)
+    p = np.random.default_rng(1).dirichlet(np.ones(len(TARGET)), size=3)
+
+    def refuse(_):
+        raise AssertionError("float64 laws renormalised again")
+
+    monkeypatch.setattr(hetero, "laws64", refuse)
+    caps = hetero.oov_caps(p, np.array([2, 10, -1]), np.array([0, 0, 1]), ["a", "b"], vm)
+    assert caps["mean"] == pytest.approx(float(oov_cap(p, vm).mean()), abs=FLOAT64_ATOL)
+    np.testing.assert_allclose(hetero.oov_cap_by_strings(p, d, t), oov_cap(p, vm) + p[:, 7],
+                               atol=FLOAT64_ATOL)  # + the duplicate '<0x0A>', as above
+
+
 @pytest.mark.parametrize("option, value", [
     ("--topk", "0"), ("--timing-sizes", "4096,x"), ("--positions", "0"), ("--positions", "-5"),
     ("--steps", "0"), ("--steps", "-5"), ("--e2e-tokens", "-3"), ("--seed", "-1"),
