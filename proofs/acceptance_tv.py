@@ -17,7 +17,7 @@ import sympy as sp
 
 from rdk_theory.acceptance import acceptance_rate, total_variation
 
-from .exhaustive import distributions, sub_distributions
+from .exhaustive import distributions, inexact, sub_distributions
 from .result import run_check
 
 ID = "A"
@@ -42,6 +42,8 @@ def _body(out):
         for r in sub_distributions(n, d):
             out.cases += 1
             alpha, tv = acceptance_rate(p, r), total_variation(p, r)
+            if inexact(alpha, tv) is not None:
+                out.fail({"p": p, "r": r, "alpha": alpha, "tv": tv, "inexact": True})
             if not 0 <= alpha <= 1:
                 out.fail({"p": p, "r": r, "alpha": alpha})
             if sum(r) == 1 and alpha != 1 - tv:

@@ -34,7 +34,14 @@ def cmd_prove(args) -> int:
         if unknown:
             raise InputError(f"unknown statement id(s) {unknown}; known: {', '.join(STATEMENTS)}")
     t0 = time.perf_counter()
-    results = run_all(ids)
+    try:
+        results = run_all(ids)
+    except ImportError as exc:  # the symbolic checks need the 'proofs' extra
+        if (getattr(exc, "name", None) or "").split(".")[0] != "sympy":
+            raise
+        from rdk_theory._optional import import_failure
+
+        raise InputError(import_failure(exc, "sympy", "proofs")) from None
     elapsed = time.perf_counter() - t0
     ok = all(r.ok for r in results)
     if args.json:
@@ -49,11 +56,14 @@ def cmd_prove(args) -> int:
               f"{sum(r.status == 'proved' for r in results)} proved (symbolic), "
               f"{sum(r.status == 'verified' for r in results)} verified (exhaustive/numerical), "
               f"{sum(r.status == 'failed' for r in results)} failed; "
-              f"{sum(r.negative_control == 'refuted' for r in results)} negative controls refuted.")
+              f"{sum(r.negative_control == 'refuted' for r in results)} of {len(results)} "
+              "negative controls refuted.")
         for r in results:
-            if not r.ok:
-                print(f"\n{r.id}: {r.status}, negative control {r.negative_control}\n"
-                      f"  counterexample: {r.to_dict()['counterexample']}")
+            if r.status == "failed":
+                print(f"\n{r.id}: failed\n  counterexample: {r.to_dict()['counterexample']}")
+            if r.negative_control != "refuted":
+                print(f"\n{r.id}: negative control not refuted: the check passed a perturbed "
+                      f"statement ({r.perturbed}), so it may be vacuous")
         print("Use --json for methods and counterexamples.")
     return 0 if ok else 1
 

@@ -7,6 +7,7 @@ arrays of ``Fraction``: exact zeros, point masses, disjoint supports and ``p == 
 from __future__ import annotations
 
 import itertools
+import numbers
 from fractions import Fraction
 
 import numpy as np
@@ -68,3 +69,15 @@ def row_stochastic(n: int, d: int):
 
 def is_distribution(x) -> bool:
     return all(v >= 0 for v in x) and sum(x) == 1
+
+
+def inexact(*values):
+    """The first number among ``values`` (scalars or arrays) that is not exact (a float, where
+    a Fraction or int belongs), or None. A grid of quarters is exact in float64 too, and
+    ``Fraction(1, 4) == 0.25``: without this, a core that fell back to floats passed the
+    ``==`` checks on such a grid unseen."""
+    for v in values:
+        for x in np.asarray(v, dtype=object).reshape(-1):
+            if not isinstance(x, numbers.Rational):
+                return x
+    return None

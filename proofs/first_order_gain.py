@@ -18,6 +18,12 @@ exactly in the three cases
 Cross-check: exact difference quotients with :math:`\lambda = 1/1000` (below every kink on the
 grid) against the formula, over every :math:`p, q'` and every :math:`3 \times 3` row-stochastic
 :math:`K` with entries in :math:`\{0, 1/2, 1\}`; midpoint concavity at exact :math:`\lambda` values.
+The two optimisers that rest on the concavity are checked on the same grid, in float64 (within
+``LP_ATOL``): :func:`rdk_theory.bounds.best_static_kernel_lp`, on every single context and on all of
+them at once, returns a row-stochastic kernel that attains its reported mean acceptance, and no
+enumerated :math:`K` beats it; :func:`rdk_theory.bounds.best_mixing_lambda`, for every rank-one
+kernel :math:`1 w^\top` with :math:`w` on the grid, returns a :math:`\lambda \in [0, 1]` that
+attains its reported maximum, which no :math:`\lambda` in steps of 1/24 beats.
 
 Perturbed statement (must be refuted): the tie term without its min,
 :math:`\sum_{x: q' \le p} (K^\top q' - q')(x)`.
@@ -30,6 +36,7 @@ import numpy as np
 import sympy as sp
 
 from rdk_theory.acceptance import acceptance_rate
+from rdk_theory.bounds import best_mixing_lambda, best_static_kernel_lp
 
 from .exhaustive import distributions, row_stochastic
 from .result import run_check
@@ -40,6 +47,9 @@ TITLE = "right derivative of alpha in lambda at 0, and concavity in lambda and M
 PERTURBED = "alpha'(0+) = sum over q' <= p of (K^T q' - q') (tie term without its min)"
 GRID = dict(n=3, d=3, kernel_d=2)
 LAM = Fraction(1, 1000)
+#: float64 slack of the optimiser legs (an LP solver's feasibility tolerance is 1e-9 or so).
+LP_ATOL = 1e-7
+LAM_STEPS = 24
 
 
 def _symbolic() -> Steps:
@@ -110,7 +120,37 @@ def _body(out):
     out.methods.append(f"exhaustive exact check: difference quotient at lambda = {LAM} equals the formula, "
                        f"and midpoint concavity, over all p, q' on N = {n}, grid 1/{d}, and all "
                        f"{len(kernels)} row-stochastic K with entries in multiples of 1/{kd}")
-    _ = np  # arrays are numpy object arrays of Fractions
+    _optimisers(out, laws, kernels)
+
+
+def _optimisers(out, laws, kernels) -> None:
+    """The LP and the mixing search against every enumerated kernel / lambda (float64)."""
+    f64 = lambda x: np.asarray(x, dtype=np.float64)  # noqa: E731
+    pairs = [(p, qp) for qp in laws for p in laws]
+    sets = [([p], [qp]) for p, qp in pairs] + [([p for p, _ in pairs], [qp for _, qp in pairs])]
+    for ps, qps in sets:
+        p, qp = f64(ps), f64(qps)
+        m, best = best_static_kernel_lp(p, qp)
+        attained = float(np.mean(acceptance_rate(p, qp @ m, check=False)))
+        rows_ok = bool(np.all(m >= -LP_ATOL) and np.allclose(m.sum(1), 1.0, atol=LP_ATOL, rtol=0))
+        beaten = max(float(np.mean(acceptance_rate(p, qp @ f64(k), check=False))) for k in kernels)
+        out.cases += 1
+        if not rows_ok or abs(attained - best) > LP_ATOL or beaten > best + LP_ATOL:
+            out.fail({"p": ps, "q_prime": qps, "lp_mean_alpha": best, "attained": attained,
+                      "best_enumerated": beaten, "row_stochastic": rows_ok})
+        for w in laws:
+            k = np.tile(f64(w), (len(w), 1))  # M = (1 - lam) I + lam 1 w^T
+            lam, top = best_mixing_lambda(p, qp, f64(w))
+            grid = [float(np.mean(alpha_of_lambda(p, qp, k, j / LAM_STEPS))) for j in range(LAM_STEPS + 1)]
+            at = float(np.mean(alpha_of_lambda(p, qp, k, lam)))
+            out.cases += 1
+            if not 0 <= lam <= 1 or abs(at - top) > LP_ATOL or max(grid) > top + LP_ATOL:
+                out.fail({"p": ps, "q_prime": qps, "w": w, "lam": lam, "mean_alpha": top,
+                          "attained": at, "best_on_grid": max(grid)})
+    out.methods.append(f"float64 check (within {LP_ATOL:g}) of best_static_kernel_lp (attains its value, "
+                       f"row-stochastic, no enumerated K higher) and best_mixing_lambda (lambda in [0, 1] "
+                       f"attains its value, none in steps of 1/{LAM_STEPS} higher) on each of the "
+                       f"{len(pairs)} (p, q') pairs and on all of them as one set")
 
 
 def check():

@@ -25,7 +25,7 @@ import sympy as sp
 
 from rdk_theory.acceptance import acceptance_rate, step_output_law
 
-from .exhaustive import distributions, sub_distributions
+from .exhaustive import distributions, inexact, sub_distributions
 from .result import run_check
 from .symbolic import Steps
 
@@ -84,14 +84,15 @@ def _body(out):
     for p in distributions(n, d):
         for r in sub_distributions(n, d):
             out.cases += 1
-            if list(step_output_law(p, r)) != list(p):
-                out.fail({"p": p, "r": r, "output_law": step_output_law(p, r)})
-            alpha = acceptance_rate(p, r)
+            law, alpha = step_output_law(p, r), acceptance_rate(p, r)
+            if list(law) != list(p) or inexact(law, alpha) is not None:
+                out.fail({"p": p, "r": r, "output_law": law, "alpha": alpha})
             wrong = [min(pi, ri) + (1 - alpha) * pi for pi, ri in zip(p, r)]
             if wrong != list(p):
                 out.refute({"p": p, "r": r, "perturbed_output_law": wrong})
     out.methods.append(f"exhaustive exact check of rdk_theory.acceptance.step_output_law == p over "
-                       f"all p (N = {n}) and sub-stochastic r on the 1/{d} grid")
+                       f"all p (N = {n}) and sub-stochastic r on the 1/{d} grid (every number a "
+                       f"Fraction: the grid is exact in floats too)")
 
 
 def check():

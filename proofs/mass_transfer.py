@@ -22,7 +22,7 @@ import sympy as sp
 
 from rdk_theory.acceptance import acceptance_rate
 
-from .exhaustive import distributions
+from .exhaustive import distributions, inexact
 from .result import run_check
 from .symbolic import Steps, holds_for_all_orderings
 
@@ -65,6 +65,9 @@ def _body(out):
                         moved[i] -= delta
                         moved[j] += delta
                         gain = acceptance_rate(p, moved) - a0
+                        if inexact(gain) is not None:
+                            out.fail({"p": p, "r": r, "i": i, "j": j, "delta": delta, "gain": gain,
+                                      "inexact": True})
                         claim = min(delta, p[j] - r[j])
                         out.cases += 1
                         inside = delta <= r[i] - p[i]  # the surplus condition

@@ -105,10 +105,15 @@ class Outcome:
 
 
 def run_check(sid: str, title: str, perturbed: str, body: Callable[[Outcome], None], claim: str) -> CheckResult:
-    """Run ``body(outcome)`` and turn it into a :class:`CheckResult`."""
+    """Run ``body(outcome)`` and turn it into a :class:`CheckResult`; an exception raised by
+    the body fails the statement, with the error as its counterexample (the other statements
+    still run)."""
     t0 = time.perf_counter()
     out = Outcome(claim)
-    body(out)
+    try:
+        body(out)
+    except Exception as exc:  # a core function that raises fails its statement, and only it
+        out.fail({"error": f"{type(exc).__name__}: {exc}"})
     status = "failed" if out.counterexample is not None else out.claim
     return CheckResult(
         id=sid, title=title, status=status, method="; ".join(out.methods), perturbed=perturbed,

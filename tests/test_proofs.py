@@ -84,6 +84,49 @@ def test_prove_cli_refuses_ids_that_name_nothing(capsys, only, message):
     assert len(err) == 1 and err[0].startswith("error: ") and message in err[0], err
 
 
+def test_prove_cli_without_sympy_is_a_one_line_error(capsys, monkeypatch):
+    """sympy is the 'proofs' extra: without it `prove` was a 32-line traceback and exit 1,
+    the status of a failed statement. Now exit 2 and the pip command."""
+    import sys
+
+    for name in [m for m in sys.modules if m.startswith("proofs.") and m not in
+                 ("proofs.cli", "proofs.registry", "proofs.result")]:
+        monkeypatch.delitem(sys.modules, name)
+    monkeypatch.setitem(sys.modules, "sympy", None)  # import sympy -> ModuleNotFoundError
+    assert main(["prove", "--only", "L"]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert err == ["error: sympy is not installed (pip install 'rdk-theory[proofs]')"], err
+
+
+def test_prove_cli_names_a_negative_control_that_was_not_refuted(capsys, monkeypatch):
+    """A statement whose check passes but whose perturbed statement is not refuted exits 1;
+    the summary said '0 failed' and printed 'counterexample: None'."""
+    from proofs.result import Outcome
+
+    monkeypatch.setattr(Outcome, "refute", lambda self, example: None)
+    assert main(["prove", "--only", "A"]) == 1
+    out = capsys.readouterr().out
+    assert "0 of 1 negative controls refuted" in out
+    assert "A: negative control not refuted" in out and "may be vacuous" in out
+    assert "counterexample: None" not in out
+
+
+def test_a_check_that_raises_fails_its_statement_and_the_others_still_run(capsys, monkeypatch):
+    """An exception inside one check aborted `prove` with a traceback and no result for the
+    statements after it; now that statement fails with the error as its counterexample."""
+    import proofs.acceptance_tv as a_tv
+
+    def broken(*args, **kwargs):
+        raise RuntimeError("planted")
+
+    monkeypatch.setattr(a_tv, "total_variation", broken)
+    assert main(["prove", "--json", "--only", "A,B"]) == 1
+    out = json.loads(capsys.readouterr().out)
+    a, b = out["statements"]
+    assert a["status"] == "failed" and a["counterexample"] == {"error": "RuntimeError: planted"}
+    assert b["status"] == "proved" and b["negative_control"] == "refuted"
+
+
 def _fractions(values):
     return np.array([Fraction(v) for v in values], dtype=object)
 
@@ -340,13 +383,17 @@ def test_proof_case_counts_are_the_sizes_of_their_stated_grids():
 
 
 def test_O5_and_B_case_counts_are_the_sizes_of_their_stated_grids():
-    """As above for O5 (kernels with entries in {0, 1/2, 1}, not only 0/1) and B (gamma =
+    """As above for O5 (kernels with entries in {0, 1/2, 1}, not only 0/1; every set of contexts
+    for the optimisers) and B (gamma =
     1..4, not only 1)."""
     import proofs.block_efficiency as be
     import proofs.first_order_gain as gain
 
     rows = _n_laws(3, 2)  # rows of a 3 x 3 row-stochastic K with entries in {0, 1/2, 1}
-    assert gain.check().cases == rows ** 3 * _n_laws(3, 3) ** 2 == 216 * 100
+    laws = _n_laws(3, 3)
+    # + the optimiser leg: each (p, q') pair and all of them as one set, one LP and one
+    # mixing search per grid law w each
+    assert gain.check().cases == rows ** 3 * laws ** 2 + (laws ** 2 + 1) * (1 + laws) == 21600 + 1111
     assert be.check().cases == sum(len(be.GRID) ** g for g in range(1, 5)) == 340
 
 

@@ -10,6 +10,7 @@ from __future__ import annotations
 from fractions import Fraction
 
 import numpy as np
+import pytest
 
 from rdk_theory import _backend as B
 
@@ -397,3 +398,65 @@ def test_K_fails_when_rho_star_is_not_the_smallest_valid_rho(monkeypatch):
     res = k_seq.check()
     assert res.status == "failed", res.to_dict()
     assert "rho_star" in res.to_dict()["counterexample"]
+
+
+def _float64_core(fn):
+    """``fn`` computing in float64 whatever its inputs (the mutant of an exact core)."""
+    def wrapped(*arrays, **kwargs):
+        return fn(*(np.asarray(a, dtype=np.float64) for a in arrays), **kwargs)
+
+    return wrapped
+
+
+@pytest.mark.parametrize("module, names, keys", [
+    ("lossless", ("step_output_law",), ("p", "r", "output_law")),
+    ("acceptance_tv", ("acceptance_rate", "total_variation"), ("p", "r", "inexact")),
+    ("mass_transfer", ("acceptance_rate",), ("p", "r", "gain", "inexact")),
+    ("first_order_error", ("acceptance_rate",), ("p", "a", "b", "inexact")),
+])
+def test_exact_legs_fail_when_the_core_falls_back_to_floats(monkeypatch, module, names, keys):
+    """The grids of L, A, O4 and E are quarters, exact in float64, and Fraction(1, 4) == 0.25:
+    a core that silently computed in floats passed every == there (a review found it). The
+    checks now require every number to be a Fraction."""
+    import importlib
+
+    mod = importlib.import_module(f"proofs.{module}")
+    for name in names:
+        monkeypatch.setattr(mod, name, _float64_core(getattr(mod, name)))
+    _assert_failed(mod.check(), *keys)
+
+
+def test_S_fails_when_slrs_sums_max_instead_of_min(monkeypatch):
+    """An SLRS acceptance of sum max(p, psi) still exceeds SLEM's, so the inequality alone did
+    not see it; S now compares both acceptances with their definitions."""
+    import proofs.string_level as s
+
+    monkeypatch.setattr(s, "slrs_acceptance", lambda p, psi: sum(max(a, b) for a, b in zip(p, psi)))
+    res = s.check()
+    _assert_failed(res, "p", "slrs", "slem", "by_definition")
+
+
+def test_S_fails_when_psi_loses_mass_on_a_prefix_free_vocabulary(monkeypatch):
+    """psi scaled by 1/2 still lies in [0, 1], still agrees with a brute force scaled alike, and
+    keeps SLRS >= SLEM; over the prefix-free target vocabulary it no longer sums to 1."""
+    import proofs.string_level as s
+
+    half = lambda fn: lambda *a: fn(*a) * Fraction(1, 2)  # noqa: E731
+    monkeypatch.setattr(s, "psi", half(s.psi))
+    monkeypatch.setattr(s, "psi_by_segmentations", half(s.psi_by_segmentations))
+    res = s.check()
+    _assert_failed(res, "target_vocab", "psi", "sum_psi")
+    assert tuple(res.counterexample["target_vocab"]) == s.PREFIX_FREE_TARGET
+
+
+@pytest.mark.parametrize("name, mutant, keys", [
+    ("best_static_kernel_lp", lambda p, qp, **kw: (np.eye(p.shape[-1]), -1.0), ("lp_mean_alpha",)),
+    ("best_mixing_lambda", lambda p, qp, w: (7.0, 2.0), ("lam", "mean_alpha", "attained")),
+])
+def test_O5_fails_when_an_optimiser_reports_what_it_does_not_attain(monkeypatch, name, mutant, keys):
+    """O5's docstring and the README map it to the two optimisers that rest on its concavity;
+    the check called neither, so garbage from them passed."""
+    import proofs.first_order_gain as o5
+
+    monkeypatch.setattr(o5, name, mutant)
+    _assert_failed(o5.check(), *keys)
