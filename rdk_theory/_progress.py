@@ -6,6 +6,8 @@ import sys
 
 
 def progress(iterable, *, desc: str = "", total: int | None = None, enabled: bool | None = None):
+    if sys.stderr is None:  # pythonw and some embedded hosts: nowhere to draw a bar
+        return iterable
     if enabled is None:
         enabled = sys.stderr.isatty() or os.environ.get("RDK_THEORY_PROGRESS") == "1"
     if not enabled:

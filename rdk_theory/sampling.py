@@ -13,14 +13,14 @@ import numpy as np
 
 from . import _backend as B
 from .validation import (NEG_ATOL, InputError, as_count, as_prob_array, as_real_array,
-                         check_numpy_rng, host, same_backend)
+                         check_dense_tensor, check_numpy_rng, host, same_backend)
 
 
 class InverseCdf:
     """Inverse-CDF draws from non-negative ``weights`` (normalised on the fly), precomputed once.
 
     Negative weights beyond round-off (``-NEG_ATOL``) and non-finite ones raise InputError; all
-    zeros are allowed (``last`` is then -1: nothing can be drawn). ``total`` is the weights'
+    zeros are allowed (``last`` is then -1, and a draw is an InputError). ``total`` is the weights'
     sum (the drafting mass of a sub-stochastic law). Finite weights of any size are fine, with
     no numpy warning: a total below ``2^-960`` (where ``u * total`` would lose bits) or beyond
     float64's range (``total`` is then inf) is searched on a copy scaled by a power of two.
@@ -58,6 +58,8 @@ class InverseCdf:
         self.last = int(positive[-1]) if positive.size else -1
 
     def __call__(self, u):
+        if self.last < 0:  # the clamp below would return -1, which indexes the last token
+            raise InputError("weights are all zero: nothing can be drawn from them")
         return np.minimum(np.searchsorted(self.cdf, np.asarray(u) * self._top, side="right"), self.last)
 
 
@@ -103,6 +105,11 @@ def _inverse_cdf_torch(weights, u):
     return positive.index_select(0, torch.clamp(idx, max=positive.numel() - 1))
 
 
+#: Most steps one :func:`sample_steps` call holds (2^40: 17 TiB of tokens and flags; a larger
+#: n was numpy's "array is too big" ValueError or torch's storage-size RuntimeError).
+MAX_STEPS = 2**40
+
+
 def sample_steps(target_probs, proposal, n: int, rng, *, check: bool = True):
     """Run ``n`` independent verification steps for one context.
 
@@ -117,6 +124,10 @@ def sample_steps(target_probs, proposal, n: int, rng, *, check: bool = True):
       (n,) bool, as numpy arrays or torch tensors matching the inputs.
     """
     n = as_count(n, "n")
+    if n > MAX_STEPS:
+        raise InputError(f"n = {n} steps would be held in memory at once (at least 17 bytes "
+                         f"each); sample_steps takes at most {MAX_STEPS:,}: use sample_counts, "
+                         "which counts any n in bounded memory")
     if check:
         target_probs, proposal = _one_context(target_probs, proposal, "sample_steps")
         target_probs, proposal = same_backend(target_probs, proposal, ("target_probs", "proposal"))
@@ -220,8 +231,8 @@ def verify_draft(target_probs, proposal, draft: int, rng, *, check: bool = True)
     drafting loops (speculative generation) where the draft is drawn outside the step.
     ``draft = -1`` is a drafter token the target lacks (a sub-stochastic ``r`` leaves mass
     ``1 - r(T)`` for those): always rejected, so the residual is drawn. ``check`` validates
-    ``p``, ``r`` and ``draft`` (ids outside ``[-1, N_T)``, and a draft with ``r(draft) = 0``,
-    which cannot have been drawn from ``r``, raise InputError; unchecked, such a draft would
+    ``p``, ``r`` and ``draft`` (ids outside ``[-1, N_T)``, and a draft with ``r(draft) = 0``
+    or ``-1`` with ``r(T) = 1``, which cannot have been drawn from ``r``, raise InputError; unchecked, such a draft would
     be accepted and the law would not be ``p``). ``p`` and ``r``
     may be tensors on any device: the step runs on the host, so ``rng`` is always a
     ``numpy.random.Generator``.
@@ -239,6 +250,10 @@ def verify_draft(target_probs, proposal, draft: int, rng, *, check: bool = True)
     p, r = _normalised(p, r)
     if check and draft >= 0 and not r[draft] > 0:
         raise InputError(f"draft = {draft} has probability 0 under the proposal, so it was not "
+                         "drawn from it: draw the draft from the very r that verifies it")
+    if check and draft == -1 and not r.sum() < 1:
+        raise InputError("draft = -1 (a drafter token the target lacks) has probability 0 under "
+                         "a proposal that puts all its mass on the target's tokens, so it was not "
                          "drawn from it: draw the draft from the very r that verifies it")
     if draft >= 0 and rng.random() * r[draft] < p[draft]:
         return int(draft), True
@@ -295,6 +310,7 @@ def emitted_counts(tokens, n_target: int) -> np.ndarray:
     if B.is_torch(tokens):
         import torch
 
+        check_dense_tensor(tokens, "tokens")
         integer = not (tokens.is_floating_point() or tokens.is_complex() or tokens.dtype == torch.bool)
         size = tokens.numel()
         wide = tokens.dtype in (torch.uint16, torch.uint32, torch.uint64)
@@ -329,4 +345,5 @@ def _bincount(tokens, n_target: int) -> np.ndarray:
         import torch
 
         return B.to_numpy(torch.bincount(tokens, minlength=n_target)).astype(np.int64)
-    return np.bincount(B.to_numpy(tokens), minlength=n_target).astype(np.int64)
+    # as int64: numpy 1.26's bincount refuses uint64 ids (the range is checked already)
+    return np.bincount(B.to_numpy(tokens).astype(np.int64, copy=False), minlength=n_target).astype(np.int64)

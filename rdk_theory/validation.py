@@ -218,6 +218,8 @@ def as_count(value, name: str, lo: int = 0) -> int:
     anything else (``2.5``, NaN, a string, a bool, ``2**70``) raises InputError."""
     out = None
     if (isinstance(value, np.ndarray) or _is_torch(value)) and value.ndim == 0:
+        if _is_torch(value):
+            check_dense_tensor(value, name)
         value = value.item()  # a 0-d array or tensor: its number
     if not isinstance(value, (bool, np.bool_)):
         try:
@@ -321,15 +323,20 @@ def _is_torch(x) -> bool:
 
 def _check_tensor(x, name) -> None:
     """InputError for a torch tensor this package cannot read: complex (the tensor twin of
-    :func:`as_real_array`'s check), sparse or otherwise not strided (the samplers index and
-    reduce dense rows), or on the meta device (shapes only, no numbers to check)."""
+    :func:`as_real_array`'s check), or one :func:`check_dense_tensor` refuses."""
+    check_dense_tensor(x, name)
+    if x.is_complex():
+        raise InputError(f"{name} must hold real numbers, got {x.dtype}")
+
+
+def check_dense_tensor(x, name) -> None:
+    """InputError for a sparse or otherwise not strided torch tensor (the samplers index and
+    reduce dense rows) and for one on the meta device (a shape, no numbers to read)."""
     if x.layout != _strided():
         raise InputError(f"{name} must be a dense tensor, got layout {x.layout} "
                          "(call .to_dense() first)")
     if x.device.type == "meta":
         raise InputError(f"{name} is on the meta device: it has a shape but no values")
-    if x.is_complex():
-        raise InputError(f"{name} must hold real numbers, got {x.dtype}")
 
 
 def _strided():

@@ -100,7 +100,9 @@ def kseq_sample(p, q, rho: float, k: int, n: int, rng) -> tuple[np.ndarray, np.n
     excess = np.maximum(p - a, 0.0)
     rej = np.flatnonzero(~any_ok)
     if rej.size:
-        tokens[rej] = InverseCdf(excess)(rng.random(rej.size))
+        # an empty excess (a = p to round-off, hit once in ~2^53 steps) draws from p, as the
+        # one-draft step does from an empty residual
+        tokens[rej] = InverseCdf(excess if excess.sum() > 0 else p)(rng.random(rej.size))
     return tokens, any_ok
 
 

@@ -478,3 +478,61 @@ def test_sub_stochastic_rows_may_not_exceed_one():
     with pytest.raises(InputError, match="must sum to 1 exactly"):
         as_prob_array(np.array([Fraction(2, 3), Fraction(2, 3)], dtype=object), "r",
                       allow_sub_stochastic=True)
+
+
+def test_verify_draft_refuses_an_absent_draft_when_r_has_no_mass_for_it():
+    """draft = -1 (a drafter token the target lacks) has probability 1 - r(T) = 0 when r sums
+    to 1: it was not drawn from r, and taking it always drew the residual (output law (0, 1)
+    for p = (1/2, 1/2))."""
+    with pytest.raises(rt.InputError, match="draft = -1 .* probability 0"):
+        rt.verify_draft([0.5, 0.5], [0.9, 0.1], -1, np.random.default_rng(0))
+    # a sub-stochastic r leaves it its mass: still taken (and rejected)
+    assert rt.verify_draft([0.5, 0.5], [0.6, 0.1], -1, np.random.default_rng(0))[1] is False
+
+
+def test_emitted_counts_casts_unsigned_numpy_ids(monkeypatch):
+    """numpy 1.26 (the lowest the project allows) refuses uint64 in bincount ('Cannot cast
+    array data from dtype uint64 to int64 according to the rule safe'); simulated here."""
+    real = np.bincount
+
+    def bincount_126(x, *args, **kwargs):
+        if np.asarray(x).dtype == np.uint64:
+            raise TypeError("Cannot cast array data from dtype('uint64') to dtype('int64')")
+        return real(x, *args, **kwargs)
+
+    monkeypatch.setattr(np, "bincount", bincount_126)
+    ids = np.array([0, 1, 1], dtype=np.uint64)
+    assert rt.emitted_counts(ids, 3).tolist() == [1, 2, 0]
+
+
+@pytest.mark.parametrize("layout", ["sparse", "meta"])
+def test_emitted_counts_and_counts_refuse_sparse_and_meta_tensors(layout):
+    """These were raw torch errors (no min on a sparse tensor, no .item() on a meta one)."""
+    convert = (lambda t: t.to_sparse()) if layout == "sparse" else (lambda t: t.to("meta"))
+    want = "must be a dense tensor" if layout == "sparse" else "meta device"
+    with pytest.raises(rt.InputError, match=f"tokens .*{want}"):
+        rt.emitted_counts(convert(torch.tensor([0, 1, 2])), 3)
+    if layout == "meta":  # a 0-d tensor has no sparse form
+        with pytest.raises(rt.InputError, match=f"n .*{want}"):
+            rt.sample_steps([1.0], [1.0], convert(torch.tensor(3)), np.random.default_rng(0))
+
+
+@pytest.mark.parametrize("backend", ["numpy", "torch"])
+def test_sample_steps_refuses_n_it_cannot_hold_and_names_sample_counts(backend):
+    """n = 2^62 passed as_count and was numpy's 'array is too big' ValueError or torch's
+    'Storage size calculation overflowed' RuntimeError."""
+    p = [1.0] if backend == "numpy" else torch.tensor([1.0], dtype=torch.float64)
+    rng = np.random.default_rng(0) if backend == "numpy" else None
+    with pytest.raises(rt.InputError, match="use sample_counts"):
+        rt.sample_steps(p, p, 2**62, rng)
+    assert rt.sample_steps(p, p, 3, rng)[0].tolist() == [0, 0, 0]
+
+
+def test_the_progress_bar_is_off_when_there_is_no_stderr(monkeypatch):
+    """pythonw and some embedded hosts set sys.stderr to None: sample_counts failed on the
+    bar's isatty() check."""
+    import sys
+
+    monkeypatch.setattr(sys, "stderr", None)
+    counts, accepted = rt.sample_counts([0.5, 0.5], [0.9, 0.1], 10, np.random.default_rng(0))
+    assert counts.sum() == 10 and 0 <= accepted <= 10

@@ -254,6 +254,8 @@ def test_inverse_cdf_never_returns_a_zero_weight_even_at_the_top_end():
     assert list(got) == [0, 2, 0, 3, 3]
     assert np.all(w[got] > 0)
     assert rt.InverseCdf(np.zeros(3)).last == -1
+    with pytest.raises(rt.InputError, match="all zero"):  # it returned -1: the last token
+        rt.InverseCdf(np.zeros(3))(np.array([0.2, 0.9]))
 
 
 #: Uniforms over [0, 1), both ends included, and weight vectors (zeros among them) whose law
@@ -294,6 +296,19 @@ def test_k_seq_with_a_subnormal_drafting_mass_keeps_the_target_law():
                                    np.random.default_rng(0))
     assert not accepted.any()  # a drafting mass of 1e-300 drafts nothing in 1e5 steps
     assert_matches_law(rt.emitted_counts(tokens, 3), p, "K-SEQ, drafting mass 1e-300")
+
+
+def test_k_seq_with_an_empty_excess_emits_a_target_token():
+    """q = p summing to 1 - 2^-53, every uniform at the top end: every draft is rejected and
+    the excess (p - a)^+ is empty; the empty InverseCdf returned -1 for every step (numpy then
+    reads it as the last token). Like the one-draft step, it now draws from p."""
+    from simulators.spectr import kseq_sample
+
+    q = np.array([9.0, 18.0, 1.0]) / 28
+    q = q / q.sum()
+    assert q.sum() < 1
+    tokens, accepted = kseq_sample(q, q, 1.0, 1, 3, _FixedUniforms(np.nextafter(1.0, 0)))
+    assert not accepted.any() and tokens.tolist() == [2, 2, 2]  # p's own draw at u ~ 1
 
 
 def test_verify_draft_refuses_a_draft_its_proposal_cannot_draw():
