@@ -140,12 +140,19 @@ def _renormalised(x: np.ndarray) -> np.ndarray:
     return x / x.sum(axis=-1, keepdims=True)
 
 
+#: Smallest default tau: float64's smallest normal number. Below it ``1 / tau`` overflows,
+#: which the first-order kernel refuses; a larger tau keeps ``|B_ij| <= 1``.
+MIN_DEFAULT_TAU = float(np.finfo(np.float64).tiny)
+
+
 def default_tau(calibration_probs) -> float:
     """``max_i Omega_ii``: then ``|B_ij| <= 1`` (Cauchy-Schwarz), the first-order regime; 1
-    when every variance is 0 (centred as the kernels centre, so equal rows give exactly 0)."""
+    when every variance is 0 (centred as the kernels centre, so equal rows give exactly 0);
+    at least ``MIN_DEFAULT_TAU`` (a subnormal variance made a default the first-order kernel
+    refused, on a valid case)."""
     cal = np.asarray(as_calibration(calibration_probs), dtype=np.float64)  # as the kernels
     var = (centred_rows(cal) ** 2).mean(axis=0).max()
-    return float(var) if var > 0 else 1.0
+    return max(float(var), MIN_DEFAULT_TAU) if var > 0 else 1.0
 
 
 def kernels_for(case: Case, kind: str = "identity", *, tau: float | None = None,

@@ -36,7 +36,7 @@ CASE_HELP = (
     "or they have no calibration mass, the identity (whatever --lam). covariance:\n"
     "M = softmax over all target columns of Omega / tau, Omega the population covariance\n"
     "(divided by S) of the calibration rows; the default tau is max_i Omega_ii (1 when every\n"
-    "variance is 0)."
+    "variance is 0; at least 2.2e-308, float64's smallest normal number)."
 )
 
 

@@ -149,7 +149,8 @@ class FirstOrderCovarianceKernel:
             a = (c * c).sum(axis=0) / tau  # diag(Omega) / tau, >= 0
             c_over_tau = float(np.abs(c).max(initial=0.0)) / tau
         if not np.isfinite(max(float(a.max(initial=0.0)), c_over_tau, 1.0 / tau)):
-            # the exact kernel refuses the same tau (kernels.CovarianceSoftmaxKernel)
+            # the exact kernel refuses an Omega / tau that overflows too
+            # (kernels.CovarianceSoftmaxKernel); 1 / tau is this kernel's own (tau < 2^-1024)
             raise InputError(f"Omega / tau or C / tau overflows at tau = {tau:g}: choose a "
                              "larger tau")
         if engine == "blas" and factor_dtype == "float32" and (

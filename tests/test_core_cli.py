@@ -480,6 +480,29 @@ def test_default_tau_is_the_largest_token_variance_across_contexts():
     assert default_tau(cal) == 0.0625  # exact in binary: tokens 1 and 2: variance 1/16
 
 
+def test_a_subnormal_variance_gives_a_default_tau_both_covariance_kernels_take(tmp_path, capsys):
+    """A calibration entry of 1e-155 gives max_i Omega_ii = 2.5e-311, a subnormal whose
+    reciprocal overflows: the first-order kernel refused the default tau ('choose a larger
+    tau') on a valid case where the user passed none. The default is now at least float64's
+    smallest normal number, which keeps |B_ij| <= 1."""
+    from rdk_theory.case import MIN_DEFAULT_TAU, default_tau
+
+    cal = np.array([[0.5, 0.5, 1e-155], [0.5, 0.5, 0.0]])
+    assert 0 < (cal[0, 2] / 2) ** 2 < MIN_DEFAULT_TAU == default_tau(cal)
+    _write_case(tmp_path / "case.npz", target_probs=np.array([[0.5, 0.5, 0.0]]),
+                draft_probs=np.array([[0.6, 0.4]]), draft_to_target=np.array([0, 1]),
+                calibration_probs=cal, kernel=None)
+    code, out, err = _run(capsys, "acceptance", str(tmp_path / "case.npz"), "--kernel",
+                          "covariance", "--json")
+    assert code == 0, err
+    res = json.loads(out)
+    # Omega / tau is 0 but for token 2's 0.0011: every softmax row is nearly uniform, so both
+    # RDK proposals are nearly uniform and accept about 2/3 (p puts nothing on token 2)
+    assert res["tli"]["mean"] == pytest.approx(0.9, abs=1e-12)
+    for sampler in ("rdk_exact", "rdk_first_order"):
+        assert res[sampler]["mean"] == pytest.approx(2 / 3, abs=1e-3)
+
+
 def test_equal_calibration_rows_give_the_uniform_kernel_of_zero_covariance(tmp_path, capsys):
     """Three copies of one row: Omega = 0, so the default tau is 1 and both covariance kernels
     are uniform (every affinity equal), and a uniform target accepts every uniform proposal.
