@@ -58,6 +58,8 @@ def load_case(path) -> Case:
                          "the case file's path is empty")
     if os.path.isdir(path):
         raise InputError(f"{path} is a directory, not a case file")
+    if not os.path.isfile(path):  # a FIFO would block the reads below for ever
+        raise InputError(f"{path} is not a regular file (a pipe or a device), not a case file")
     try:  # is_zipfile would call a file it cannot open "not an .npz archive"
         with open(path, "rb"):
             pass

@@ -22,10 +22,16 @@ from .validation import InputError
 EXIT_BAD_INPUT = 2
 
 
+#: Every character :meth:`str.splitlines` breaks a line at, and how :func:`_one_line` writes it.
+_LINE_BREAKS = str.maketrans({c: repr(c)[1:-1] for c in
+                              "\n\r\x0b\x0c\x1c\x1d\x1e\x85\u2028\u2029"})
+
+
 def _one_line(message: str) -> str:
-    """``message`` on one line: a line break inside it (a file name may hold one) is written
-    as ``\\n``, so that stderr is always the one ``error: ...`` line of the contract."""
-    return message.replace("\r", "\\r").replace("\n", "\\n")
+    """``message`` on one line: a line break inside it (a file name may hold one: ``\\n``,
+    a vertical tab, U+2028, ...) is written as its escape, so that stderr is always the one
+    ``error: ...`` line of the contract."""
+    return message.translate(_LINE_BREAKS)
 
 
 #: What a negative number looks like on the command line: argparse's own pattern takes only
@@ -104,6 +110,10 @@ def run_command(func, args) -> int:
     folder that cannot be written) or a MemoryError becomes one ``error: ...`` line on stderr
     and exit status 2 (so does numpy's refusal of an array too large to index), an interrupt
     exit status 130, a reader leaving the pipe early 0."""
+    if sys.stdout is None:  # a closed stdout (``>&-``, pythonw): --json writes nowhere, as
+        sys.stdout = open(os.devnull, "w", errors="backslashreplace")  # print() does in text mode
+    elif hasattr(sys.stdout, "reconfigure"):  # a file name that is not UTF-8 (surrogates) is
+        sys.stdout.reconfigure(errors="backslashreplace")  # printed escaped, as on stderr
     try:
         return int(func(args) or 0)
     except BrokenPipeError:

@@ -416,10 +416,14 @@ def test_acceptance_json_is_a_probability_and_inputs_within_tolerance_are_renorm
     (["acceptance", "{text}"], "not an .npz archive"),
     (["acceptance", "{npy}"], "not an .npz archive"),
     (["acceptance", "{tmp}/no\nsuch.npz"], "no\\nsuch.npz"),  # a line break in the name
+    # any line break str.splitlines sees (these were a second line of stderr)
+    (["acceptance", "{tmp}/no\x0bsuch\u2028file\x85.npz"], "no\\x0bsuch\\u2028file\\x85.npz"),
+    (["acceptance", "{fifo}"], "not a regular file"),  # it blocked for ever on open()
     # a zip whose target_probs.npy is not a .npy file: numpy gives its bytes, which read as
     # "must be 2-D, got ()"
     (["acceptance", "{badmember}"], "its member for target_probs is not a numpy array"),
 ])
+@pytest.mark.timeout(120)  # a FIFO case blocked for ever
 def test_more_cli_edge_cases_exit_2_with_one_line(tmp_path, capsys, argv, message):
     _case(tmp_path / "c.npz")
     (tmp_path / "t.txt").write_text("target_probs 0.5 0.5\n")
@@ -429,7 +433,9 @@ def test_more_cli_edge_cases_exit_2_with_one_line(tmp_path, capsys, argv, messag
         z.writestr("target_probs.npy", "not an array")
         z.writestr("draft_probs.npy", (tmp_path / "a.npy").read_bytes())
     subs = {"{case}": tmp_path / "c.npz", "{tmp}": tmp_path, "{text}": tmp_path / "t.txt",
-            "{npy}": tmp_path / "a.npy", "{badmember}": tmp_path / "bad.npz"}
+            "{npy}": tmp_path / "a.npy", "{badmember}": tmp_path / "bad.npz",
+            "{fifo}": tmp_path / "f.npz"}
+    os.mkfifo(tmp_path / "f.npz")
     argv = [str(subs.get(a, a)).replace("{tmp}", str(tmp_path)) for a in argv]
     try:
         code = main(argv)
@@ -479,6 +485,27 @@ def test_json_into_a_closed_pipe_is_not_a_traceback(tmp_path):
     res = subprocess.run(["bash", "-c", cmd], capture_output=True, text=True, timeout=120)
     assert "Traceback" not in res.stderr and res.stderr.strip() == "", res.stderr
     assert res.stdout.strip() == "0"
+
+
+def test_a_closed_stdout_or_a_non_utf8_file_name_is_not_a_traceback(tmp_path):
+    """``--json >&-`` was AttributeError on sys.stdout None (text mode printed nowhere, exit
+    0: now both do); a file name that is not UTF-8 (bytes 0xff) was a UnicodeEncodeError in the
+    text table under a UTF-8 locale (now printed escaped, as Python escapes it on stderr)."""
+    import subprocess
+    import sys
+
+    bad = os.fsencode(tmp_path) + b"/bad\xff.npz"
+    _case(os.fsdecode(bad))
+    env = {**os.environ, "PYTHONIOENCODING": "utf-8"}
+    for argv in (["--json"], []):
+        res = subprocess.run([sys.executable, "-m", "rdk_theory", "acceptance", bad, *argv],
+                             stderr=subprocess.PIPE, timeout=120, env=env,
+                             preexec_fn=lambda: os.close(1))  # the child's stdout: closed
+        assert res.returncode == 0 and b"Traceback" not in res.stderr, res.stderr.decode()
+    res = subprocess.run([sys.executable, "-m", "rdk_theory", "acceptance", bad],
+                         capture_output=True, timeout=120, env=env)
+    assert res.returncode == 0 and res.stderr == b"", res.stderr.decode()
+    assert b"bad\\udcff.npz" in res.stdout
 
 
 def test_negative_step_count_is_an_input_error():
