@@ -41,7 +41,9 @@ def real_pair_report(args) -> dict | None:
     rows = []
     for f, r in zip(fractions, st["rows"]):
         row = {"keep_fraction": float(f), "kept": r["kept"], "oov_cap": capped_mean(r["oov_cap"])}
-        row.update({c: r[c] for c in COLUMNS if r.get(c) is not None})
+        # every sampler's column, null where a size was skipped (exact RDK above K = 16,384
+        # with --quick): a missing key dropped the column from the table without its note
+        row.update({c: r.get(c) for c in COLUMNS})
         rows.append(row)
     return {
         "source": "real: Qwen2.5-Coder-1.5B-Instruct target, Qwen2.5-Coder-0.5B-Instruct drafter",

@@ -312,9 +312,15 @@ def test_report_source_runs_the_study_on_spread_positions_of_the_cached_pair(
     assert [r["kept"] for r in rep["rows"]] == [40, 20, 4]
     for row in rep["rows"]:
         assert row["oov_cap"] == 1.0  # capped: a keep-all mean is 1 + round-off
-        assert "rdk_exact" not in row  # a sampler the study skipped is absent, not None
+        # a sampler the study skipped is None (JSON null), not absent: absent from every row,
+        # its column left the table without the "-: not computed" note
+        assert row["rdk_exact"] is None
         assert row["tli"] == 0.6 and row["rdk_first_order"] == 0.7
     assert rep["meta"]["taus"] == {str(k): {"tau": 0.1} for k in (40, 20, 4)}
+    from rdk_theory.report import format_table
+
+    table = format_table(rep).splitlines()
+    assert "rdk_exact" in table[0] and table[-1].startswith("(-: not computed")
 
 
 def test_report_source_defaults_to_its_own_keep_fractions(stubbed_pair):
