@@ -49,11 +49,14 @@ class TokenList:
     canonical: list[str] = field(default_factory=list)
     info: dict = field(default_factory=dict)
     ranks: list[int] = field(default_factory=list)
+    #: added non-special ids: their strings are plain text (:func:`canonical_tokens`)
+    text_ids: frozenset = frozenset()
 
     def __post_init__(self):
         self.family = self.family or token_family(self.tokens)
         if not self.canonical:
-            self.canonical = canonical_tokens(self.tokens, self.special_ids, self.family)
+            self.canonical = canonical_tokens(self.tokens, self.special_ids, self.family,
+                                              self.text_ids)
         if not self.ranks:
             self.ranks = match_ranks(self.tokens, self.family)
 
@@ -71,16 +74,18 @@ class TokenList:
         if extra <= 0:
             return self
         return TokenList(self.name, self.tokens + [""] * extra, self.special_ids, self.family,
-                         self.canonical + [""] * extra, dict(self.info), self.ranks + [0] * extra)
+                         self.canonical + [""] * extra, dict(self.info), self.ranks + [0] * extra,
+                         self.text_ids)
 
 
 def token_list_from_tokenizer(name: str, tokenizer, info=None) -> TokenList:
     n = len(tokenizer)
     tokens = tokenizer.convert_ids_to_tokens(list(range(n)))
-    special = {i for i, a in tokenizer.added_tokens_decoder.items() if a.special}
-    special |= set(tokenizer.all_special_ids)
+    added = tokenizer.added_tokens_decoder
+    special = {i for i, a in added.items() if a.special} | set(tokenizer.all_special_ids)
+    text = {i for i, a in added.items() if not a.special and i < n} - special  # plain text
     return TokenList(name, [t if t is not None else "" for t in tokens], frozenset(special),
-                     info=dict(info or {}))
+                     info=dict(info or {}), text_ids=frozenset(text))
 
 
 def load_token_list(spec: str, *, fetch_missing: bool = False, log=print) -> TokenList:

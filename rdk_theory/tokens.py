@@ -91,12 +91,19 @@ def match_ranks(tokens: Sequence[str], family: str | None = None) -> list[int]:
 
 
 def canonical_tokens(tokens: Sequence[str], special_ids: Iterable[int] = (),
-                     family: str | None = None) -> list[str]:
+                     family: str | None = None, text_ids: Iterable[int] = ()) -> list[str]:
     """Each token rewritten to its bytes (as ``str`` via ``surrogateescape``); special tokens
-    prefixed with :data:`SPECIAL_PREFIX`. ``family`` is detected when not given."""
+    prefixed with :data:`SPECIAL_PREFIX`. ``family`` is detected when not given.
+
+    ``text_ids``: tokens whose string is plain text, not the family's encoding: a tokenizer's
+    added (non-special) tokens, which ``convert_ids_to_tokens`` returns as their content. A
+    byte-level added token ``é-x`` read through GPT-2's table would stand for the bytes
+    ``E9 2D 78``, not the UTF-8 of ``é-x``, and match nothing it should."""
     family = family or token_family(tokens)
-    return mark_special([token_bytes(t, family).decode("utf-8", "surrogateescape")
-                         for t in tokens], tokens, special_ids)
+    text = set(text_ids)
+    return mark_special([(t.encode("utf-8", "surrogateescape") if i in text
+                          else token_bytes(t, family)).decode("utf-8", "surrogateescape")
+                         for i, t in enumerate(tokens)], tokens, special_ids)
 
 
 def mark_special(keys: Sequence[str], tokens: Sequence[str],

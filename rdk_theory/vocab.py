@@ -176,6 +176,8 @@ class VocabMap:
         target_special_ids: Sequence[int] | None = (),
         draft_space_marker: str | None = None,
         target_space_marker: str | None = None,
+        draft_text_ids: Sequence[int] | None = (),
+        target_text_ids: Sequence[int] | None = (),
     ) -> "VocabMap":
         """Match drafter and target tokens by string.
 
@@ -196,6 +198,13 @@ class VocabMap:
         ``draft_special_ids`` / ``target_special_ids`` (ids in range, checked; None for none):
         in every mode a special token matches only a special token with the same string,
         never a text token that happens to be spelled like it.
+
+        ``draft_text_ids`` / ``target_text_ids`` (``"bytes"`` only; ids in range, checked):
+        tokens whose string is plain text rather than the family's encoding, i.e. a
+        tokenizer's added non-special tokens (``{i for i, a in
+        tokenizer.added_tokens_decoder.items() if not a.special}``), which
+        ``convert_ids_to_tokens`` returns as their content: they are read as UTF-8, not
+        through GPT-2's byte table.
 
         Tokens with equal keys (the strings compared) pair up in order: the drafter's first
         such token takes the target's first, the second the second, and drafter tokens left
@@ -224,10 +233,16 @@ class VocabMap:
                                           "draft_special_ids")
         target_special_ids = _ids_in_range(target_special_ids, len(target_tokens),
                                            "target_special_ids")
+        draft_text_ids = _ids_in_range(draft_text_ids, len(draft_tokens), "draft_text_ids")
+        target_text_ids = _ids_in_range(target_text_ids, len(target_tokens), "target_text_ids")
+        if normalise != "bytes" and (draft_text_ids or target_text_ids):
+            raise InputError(f"draft_text_ids / target_text_ids apply to normalise='bytes' "
+                             f"only, not {normalise!r} (which compares the strings as text)")
         draft_ranks = target_ranks = None
         if normalise == "bytes":
-            draft_keys = canonical_tokens(draft_tokens, draft_special_ids)
-            target_keys = canonical_tokens(target_tokens, target_special_ids)
+            draft_keys = canonical_tokens(draft_tokens, draft_special_ids, text_ids=draft_text_ids)
+            target_keys = canonical_tokens(target_tokens, target_special_ids,
+                                           text_ids=target_text_ids)
             draft_ranks, target_ranks = match_ranks(draft_tokens), match_ranks(target_tokens)
         elif normalise == "marker":
             ds = draft_space_marker if draft_space_marker is not None else detect_space_marker(draft_tokens)

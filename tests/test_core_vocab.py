@@ -365,3 +365,25 @@ def test_token_list_and_kept_id_errors_name_the_problem(call, message):
     silently; a uint64 id was printed through a float (...616)."""
     with pytest.raises(rt.InputError, match=message):
         call()
+
+
+def test_added_text_tokens_are_read_as_text_not_through_the_byte_table():
+    """convert_ids_to_tokens returns a byte-level tokenizer's added (non-special) tokens as
+    their content. 'é-added' is spelled with characters of GPT-2's byte table, so it was read
+    as the bytes E9 2D 61 ... (a key no tokenizer has) and missed the SentencePiece token
+    with the same text; text_ids reads it as UTF-8."""
+    from rdk_theory.tokens import canonical_tokens
+
+    byte_level = ["Ġthe", "é-added", "Ã©"]
+    assert canonical_tokens(byte_level)[1] != "é-added"  # what went wrong
+    assert canonical_tokens(byte_level, text_ids=[1]) == [" the", "é-added", "é"]
+    sentencepiece = ["▁the", "é-added", "é"]
+    before = rt.VocabMap.from_token_strings(byte_level, sentencepiece)
+    assert before.draft_to_target.tolist() == [0, -1, 2]
+    vm = rt.VocabMap.from_token_strings(byte_level, sentencepiece, draft_text_ids=[1])
+    assert vm.draft_to_target.tolist() == [0, 1, 2]
+    with pytest.raises(rt.InputError, match="draft_text_ids holds 3, outside"):
+        rt.VocabMap.from_token_strings(byte_level, sentencepiece, draft_text_ids=[3])
+    with pytest.raises(rt.InputError, match="apply to normalise='bytes' only"):
+        rt.VocabMap.from_token_strings(byte_level, sentencepiece, normalise="marker",
+                                       target_text_ids=[1])

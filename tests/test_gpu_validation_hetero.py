@@ -307,5 +307,7 @@ def test_token_list_from_tokenizer_reads_special_ids_from_both_sources():
 
     tl = hetero.token_list_from_tokenizer("x", _Tok())
     assert tl.special_ids == frozenset({0, 1}) and tl.tokens[3] == ""
+    assert tl.text_ids == frozenset({3})  # added, not special: its string is plain text
+    assert tl.padded(6).text_ids == tl.text_ids
     text = hetero.TokenList("d", ["<s>", "Ġthe"])
     assert hetero.build_map(text, tl).draft_to_target.tolist() == [-1, 2]
