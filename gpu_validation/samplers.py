@@ -80,10 +80,14 @@ def proposals(q_kept, vocab_map, kernels: dict) -> dict:
     return out
 
 
-def build_kernels(vocab_map, mu, factor, *, tau_exact: float, tau_fo: float,
+def build_kernels(vocab_map, mu, factor, *, tau_exact: float, tau_fo: float | None,
                   topk_rows: KeptRowsTopK | None) -> dict:
-    kernels = {"rdk_first_order": FirstOrderCovarianceKernel.from_factor(factor, tau_fo),
-               "marginal": MarginalKernel.from_calibration(mu[None, :], vocab_map)}
+    """The RDK kernels of one kept size: marginal always, first-order RDK when ``tau_fo`` is
+    given (an end-to-end size the study did not tune has none: TLI and marginal only), exact
+    RDK when ``topk_rows`` is."""
+    kernels = {"marginal": MarginalKernel.from_calibration(mu[None, :], vocab_map)}
+    if tau_fo is not None:
+        kernels["rdk_first_order"] = FirstOrderCovarianceKernel.from_factor(factor, tau_fo)
     if topk_rows is not None:
         kernels["rdk_exact"] = topk_rows.kernel(tau_exact)
     return kernels

@@ -96,6 +96,24 @@ def test_an_e2e_kept_size_beyond_a_loaded_drafters_vocabulary_is_an_error(tiny, 
     assert not (tmp_path / "run" / "report.json").exists()
 
 
+def test_an_e2e_size_outside_the_study_runs_tli_and_marginal(tiny, tmp_path, capsys):
+    """Without first-order RDK among the end-to-end samplers, an end-to-end size the study did
+    not tune is allowed (run() checks only that case), yet every kernel was built with
+    first-order RDK's tau, None there: the run ended after the whole study with 'tau must be
+    a finite real number > 0, got None' and wrote nothing."""
+    import json
+
+    from gpu_validation.__main__ import main
+
+    rc = main(["run", "--target", tiny["narrow"], "--drafter", tiny["narrow"], "--kept", "50",
+               "--e2e-kept", "40", "--e2e-tokens", "4", "--positions", "5", "--steps", "10",
+               "--no-timing", "--dtype", "float32", "--out", str(tmp_path / "run")])
+    err = capsys.readouterr().err
+    assert rc in (0, 1) and "error:" not in err, err  # 1: a check failed, not a crash
+    rows = json.loads((tmp_path / "run" / "report.json").read_text())["speculative"]
+    assert {(r["kept"], r["sampler"]) for r in rows} == {(40, "tli"), (40, "marginal")}
+
+
 def test_repeated_sizes_are_read_once_and_fit_no_slope():
     from gpu_validation import timing
     from gpu_validation.cli import _ints
