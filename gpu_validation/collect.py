@@ -74,7 +74,14 @@ def next_token_probs(lm, ids: list[int], *, device: str = "cpu") -> np.ndarray:
 
     with torch.inference_mode():
         x = torch.tensor([ids], device=device)
-        return lm.probs(lm.model(x).logits[0, 1:]).cpu().numpy()
+        out = lm.probs(lm.model(x).logits[0, 1:]).cpu().numpy()
+    if not np.isfinite(out).all():  # e.g. float16 logits that overflow: NaN after the softmax,
+        from .models import ModelError  # which surfaced later as "the calibration rows do not vary"
+
+        raise ModelError(f"{lm.spec} gave non-finite next-token probabilities (computing in "
+                         f"{lm.info.get('dtype', 'its dtype')}): its logits overflow or are NaN; "
+                         "try --dtype float32")
+    return out
 
 
 def collect(target, drafter, texts=EVAL_TEXTS, *, max_tokens: int | None = None,

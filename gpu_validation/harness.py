@@ -24,7 +24,7 @@ from pathlib import Path
 import numpy as np
 
 from rdk_theory._optional import import_failure
-from rdk_theory._outdir import check_targets, out_folder
+from rdk_theory._outdir import check_targets, out_folder, write_replacing
 from rdk_theory.validation import InputError
 
 from . import agreement, collect, figures, models, pruning, speculative, study, timing
@@ -144,6 +144,10 @@ def run(cfg: RunConfig, log=print) -> dict:
         raise InputError(f"end-to-end first-order RDK takes its tau from the study's calibration "
                          f"pick at the same kept size: end-to-end size {untuned[0]} must be "
                          "among the study's kept sizes")
+    big = [n for n in (cfg.timing_sizes or ()) if n > timing.MAX_SIZE] if cfg.timing else []
+    if big:  # refused before the models load, not out of memory at the end
+        raise InputError(f"timing size {big[0]:,} exceeds {timing.MAX_SIZE:,} (4x the largest "
+                         "vocabulary of MODELS.md)")
     for spec in (cfg.target, cfg.drafter):
         models.check_spec(spec, fetch_missing=cfg.fetch_missing)
     with out_folder(cfg.out):
@@ -178,12 +182,6 @@ def _run_stages(cfg: RunConfig, out: Path, log) -> dict:
     t2 = time.perf_counter()
     e2e = end_to_end(cfg, tgt, drf, counts, mu, factor, st["taus"], rng, log, st["n_tests"])
     dur["speculative_s"] = time.perf_counter() - t2
-    tim = None
-    if cfg.timing:
-        t3 = time.perf_counter()
-        sizes = cfg.timing_sizes
-        tim = timing.sweep(device=cfg.device, sizes=sizes, seed=cfg.seed)
-        dur["timing_s"] = time.perf_counter() - t3
     dur["total_s"] = time.perf_counter() - t0
     checks = [c["pass"] for r in st["rows"] for c in r["checks"].values()]
     checks += [e["check"]["pass"] for e in e2e]
@@ -205,23 +203,63 @@ def _run_stages(cfg: RunConfig, out: Path, log) -> dict:
                                  .astype(np.float64).sum(1).mean())
                      for i, name in enumerate(ev.texts)}},
         "study": {k: v for k, v in st.items() if k != "per_position"},
-        "speculative": e2e, "timing": tim, "laws_file": laws, "durations_s": dur,
+        "speculative": e2e, "timing": None, "laws_file": laws, "durations_s": dur,
         "false_alarm": agreement.FALSE_ALARM,
         "all_checks_pass": bool(all(checks)), "n_checks": len(checks),
     }
-    np.savez_compressed(out / "per_position.npz", **{
-        f"{k}:{w}": np.asarray(v[w], dtype=np.float32)
-        for k, v in st["per_position"].items() for w in ("predicted", "measured")})
-    (out / "report.json").write_text(json.dumps(report, indent=1, default=_json_default))
+    per_position = {f"{k}:{w}": np.asarray(v[w], dtype=np.float32)
+                    for k, v in st["per_position"].items() for w in ("predicted", "measured")}
+    from .topk import write_npz
+
+    write_npz(out / "per_position.npz", per_position)
+    # written before the timing sweep, and again after it: a sweep that fails (out of memory
+    # at a large --timing-sizes, say) no longer takes the study and generation with it
+    _write_report(out, report)
+    # a file of an earlier run into the same --out that this run has not written (laws.npz
+    # without --topk; time_vs_n.png until this run's sweep has drawn its own) would sit beside
+    # this report as if it were this run's
+    _remove_stale(out, _outputs(cfg) - {"time_vs_n.png"})
     title = f"{tgt.spec} target, {drf.spec} drafter ({sel.size} positions, {cfg.device})"
     try:
-        figures.acceptance_vs_kept(st, out / "acceptance_vs_kept.png", title)
-        figures.predicted_vs_measured(st, out / "predicted_vs_measured.png")
-        if tim is not None:
-            figures.time_vs_n(tim, out / "time_vs_n.png")
+        _write(out, "acceptance_vs_kept.png", lambda tmp: figures.acceptance_vs_kept(st, tmp, title))
+        _write(out, "predicted_vs_measured.png", lambda tmp: figures.predicted_vs_measured(st, tmp))
     except ImportError as exc:  # a GPU image without matplotlib: the JSON has every number
         log(f"figures skipped: {import_failure(exc)}")
+    if cfg.timing:
+        t3 = time.perf_counter()
+        report["timing"] = tim = timing.sweep(device=cfg.device, sizes=cfg.timing_sizes,
+                                              seed=cfg.seed)
+        dur["timing_s"] = time.perf_counter() - t3
+        dur["total_s"] = time.perf_counter() - t0
+        _write_report(out, report)
+        try:
+            _write(out, "time_vs_n.png", lambda tmp: figures.time_vs_n(tim, tmp))
+        except ImportError:  # said above
+            pass
     return report
+
+
+def _write(out: Path, name: str, write) -> None:
+    """``write(tmp)`` then a rename onto ``out / name``: never through a symbolic link there,
+    never a half-written file (:func:`rdk_theory._outdir.write_replacing`)."""
+    write_replacing(str(out / name), lambda tmp: write(Path(tmp)))
+
+
+def _write_report(out: Path, report: dict) -> None:
+    text = json.dumps(report, indent=1, default=_json_default)
+    _write(out, "report.json", lambda tmp: tmp.write_text(text))
+
+
+def _outputs(cfg) -> set:
+    """The names of :data:`OUTPUT_FILES` a run of ``cfg`` writes."""
+    return set(OUTPUT_FILES) - (set() if cfg.topk else {"laws.npz", "laws_calib.npz"})
+
+
+def _remove_stale(out: Path, written: set) -> None:
+    for name in set(OUTPUT_FILES) - written:
+        path = out / name
+        if path.is_symlink() or path.is_file():
+            path.unlink()
 
 
 def save_laws(path: Path, ev, ca, k: int) -> dict:

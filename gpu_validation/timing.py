@@ -22,6 +22,10 @@ from rdk_theory.vocab import VocabMap
 CPU_SIZES = (2048, 4096, 8192, 16384, 32768, 65536, 151_936)
 GPU_SIZES = (4096, 8192, 16384, 32768, 65536, 131_072, 151_936, 262_144)
 CPU_DENSE_MAX = 8192  # N x N float64 = 512 MiB
+#: Largest N of a sweep: 4x Gemma 3's 262,144 ids; its float64 calibration rows, laws and
+#: proposals take about 3 GiB (3e9 was refused only by the kernel's out-of-memory killer,
+#: 20 GB in).
+MAX_SIZE = 1 << 20
 GPU_DENSE_MAX = 32768  # N x N float32 = 4 GiB
 
 

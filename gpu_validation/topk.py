@@ -94,7 +94,19 @@ def save(path, arrays: dict, *, topk: int | None = None) -> None:
                 continue
         if val is not None:
             out[key] = val
-    np.savez_compressed(path, **out)
+    write_npz(path, out)
+
+
+def write_npz(path, arrays: dict) -> None:
+    """``arrays`` compressed into ``path`` through a temporary file and a rename: never
+    written through a symbolic link there, never left half-written."""
+    from rdk_theory._outdir import write_replacing
+
+    def write(tmp):
+        with open(tmp, "wb") as f:  # a file object: numpy adds no .npz to the temporary name
+            np.savez_compressed(f, **arrays)
+
+    write_replacing(str(path), write)
 
 
 def load(path) -> dict:

@@ -227,3 +227,61 @@ def test_an_unknown_end_to_end_sampler_is_refused_with_the_choices(tmp_path):
     with pytest.raises(InputError, match="choose from tli, marginal, rdk_first_order"):
         harness.run(harness.RunConfig(target="x/t", drafter="x/d", e2e_samplers=("tli", "bogus"),
                                       out=str(tmp_path / "r")), log=lambda *a: None)
+
+
+def test_outputs_survive_a_failed_timing_sweep_and_replace_links_and_stale_files(
+        tiny, tmp_path, monkeypatch):
+    """Three ways a run's --out misled: the timing sweep ran before anything was written, so
+    one that failed (out of memory at a large --timing-sizes) lost the whole study; files were
+    written through a symbolic link at their name; and files of an earlier run that this one
+    does not write (laws.npz without --topk, time_vs_n.png) stayed beside its report."""
+    out = tmp_path / "run"
+    out.mkdir()
+    victim = tmp_path / "victim.txt"
+    victim.write_text("not a report")
+    (out / "report.json").symlink_to(victim)
+    for stale in ("laws.npz", "laws_calib.npz", "time_vs_n.png"):
+        (out / stale).write_text("from an earlier run")
+
+    def sweep_out_of_memory(**kw):
+        raise MemoryError("a sweep too large for this machine")
+
+    monkeypatch.setattr(timing, "sweep", sweep_out_of_memory)
+    cfg = harness.RunConfig(target=tiny["narrow"], drafter=tiny["narrow"], dtype="float32",
+                            kept=(50,), e2e_kept=(50,), e2e_samplers=("tli",), max_positions=5,
+                            n_steps=10, e2e_tokens=2, timing_sizes=(64,), progress=False,
+                            out=str(out))
+    with pytest.raises(MemoryError):
+        harness.run(cfg, log=lambda *a: None)
+    assert victim.read_text() == "not a report"
+    assert not (out / "report.json").is_symlink()
+    report = json.loads((out / "report.json").read_text())
+    assert [r["kept"] for r in report["study"]["rows"]] == [50] and report["timing"] is None
+    assert (out / "per_position.npz").stat().st_size > 0
+    assert sorted(p.name for p in out.iterdir()) == [
+        "acceptance_vs_kept.png", "per_position.npz", "predicted_vs_measured.png", "report.json"]
+
+
+def test_a_timing_size_beyond_the_cap_is_refused_before_any_model_loads(tmp_path):
+    cfg = harness.RunConfig(target="nowhere/target", drafter="nowhere/drafter",
+                            timing_sizes=(64, timing.MAX_SIZE + 1), out=str(tmp_path / "run"))
+    with pytest.raises(InputError, match="timing size 1,048,577 exceeds 1,048,576"):
+        harness.run(cfg, log=lambda *a: None)
+    assert not (tmp_path / "run").exists()
+
+
+def test_non_finite_laws_name_the_model_and_its_dtype():
+    """float16 logits that overflow gave NaN laws, which surfaced as 'the calibration rows do
+    not vary' (or draft_probs_full 'must be finite') far from their cause."""
+    import torch
+
+    class Overflowing:
+        spec, info = "hot-model", {"dtype": "float16"}
+        model = staticmethod(lambda x: type("Out", (), {"logits": torch.zeros(1, 3, 4)})())
+
+        @staticmethod
+        def probs(logits):
+            return torch.full(logits.shape, float("nan"))
+
+    with pytest.raises(models.ModelError, match="hot-model gave non-finite .* float16"):
+        collect.next_token_probs(Overflowing(), [1, 2, 3])
