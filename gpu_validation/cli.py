@@ -168,10 +168,16 @@ def _ints(text: str, name: str) -> tuple:
     return tuple(dict.fromkeys(vals))  # a repeat once (it would overwrite its twin's results)
 
 
+def _given(value, default):
+    """An option's value, or ``default`` when it was not given (None): an empty string is a
+    value, which check_spec refuses ("an empty model name"), not the default model."""
+    return default if value is None else value
+
+
 def config_from_args(args):
     from .harness import RunConfig
 
-    kw = dict(target=args.target or DEFAULT_TARGET, drafter=args.drafter or DEFAULT_DRAFTER,
+    kw = dict(target=_given(args.target, DEFAULT_TARGET), drafter=_given(args.drafter, DEFAULT_DRAFTER),
               device=args.device, dtype=args.dtype, seed=args.seed, out=args.out,
               fetch_missing=args.fetch, timing=not args.no_timing)
     if args.kept:
@@ -191,23 +197,35 @@ def config_from_args(args):
         kw["n_steps"] = args.steps
     _check_device(args.device)
     cfg = RunConfig.quick(**kw) if args.quick else RunConfig(**kw)
-    _check_kept_fits(cfg)
+    _check_kept_fits(cfg, given={"--kept": bool(args.kept), "--e2e-kept": bool(args.e2e_kept)})
     return cfg
 
 
-def _check_kept_fits(cfg) -> None:
-    """A kept size larger than a built-in drafter's vocabulary is refused before any model is
-    loaded (hub ids and paths are checked once loaded: their size is not known before)."""
+def _check_kept_fits(cfg, given=None) -> None:
+    """A kept size larger than a built-in drafter's vocabulary (a ``truncated:L:`` one's
+    base) is refused before any model is loaded (hub ids and paths are checked once loaded:
+    their size is not known before). ``given``: which options the user passed; a default
+    size that does not fit is named as the default."""
+    from .models import ModelError, parse_truncated
     from .registry import get_builtin
 
-    drafter = get_builtin(cfg.drafter) if isinstance(cfg.drafter, str) else None
+    spec = cfg.drafter if isinstance(cfg.drafter, str) else None
+    if spec is not None and spec.startswith("truncated:"):
+        try:
+            spec = parse_truncated(spec)[1]
+        except ModelError:  # check_spec names the malformed spec
+            spec = None
+    drafter = get_builtin(spec) if spec is not None else None
     if drafter is not None:
         big = [(opt, k) for opt, sizes in (("--kept", cfg.kept), ("--e2e-kept", cfg.e2e_kept))
                for k in sizes if k > drafter.vocab_size]
         if big:
             opt, k = big[0]
-            raise InputError(f"{opt} {k} exceeds the vocabulary of {drafter.name} "
-                             f"({drafter.vocab_size:,} tokens)")
+            fits = f"the vocabulary of {drafter.name} ({drafter.vocab_size:,} tokens)"
+            if (given or {}).get(opt, True):
+                raise InputError(f"{opt} {k} exceeds {fits}")
+            raise InputError(f"the default {opt} size {k} exceeds {fits}: choose sizes up to "
+                             f"{drafter.vocab_size:,} with {opt}")
 
 
 def _check_device(device) -> None:
@@ -235,8 +253,10 @@ def cmd_hetero(args) -> int:
     from . import hetero
 
     _check_device(args.device)
-    target = args.target or HETERO_TARGET
-    drafters = tuple(d for d in (args.drafter or ",".join(HETERO_DRAFTERS)).split(",") if d)
+    target = _given(args.target, HETERO_TARGET)
+    drafters = tuple(d for d in _given(args.drafter, ",".join(HETERO_DRAFTERS)).split(",") if d)
+    if not drafters:  # it loaded the target and printed an empty table, exit 0
+        raise InputError(f"--drafter {args.drafter!r} names no drafter vocabulary")
     for spec in (target, *drafters):
         check_spec(spec, fetch_missing=args.fetch)
     with out_folder(args.out):  # checked before the study, removed if it fails while empty

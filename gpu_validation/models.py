@@ -437,8 +437,8 @@ def load_tokenizer(spec: str, *, fetch_missing: bool = False, log=print):
                         {"source": "gguf file", "path_or_id": spec, **_builtin_match(path)})
             return AutoTokenizer.from_pretrained(spec), {"source": "transformers",
                                                          "path_or_id": spec}
-        except OSError as exc:
-            raise ModelError(f"cannot load the tokenizer of {spec!r}: {exc}") from None
+        except Exception as exc:  # a user's file: a corrupt GGUF raises ValueError, struct.error ...
+            raise ModelError(f"cannot load the tokenizer of {spec!r}: {_why(exc)}") from None
     info = {"source": "builtin", "name": builtin.name, "sha256": builtin.sha256}
     if bf16_cached(builtin):
         return AutoTokenizer.from_pretrained(bf16_dir(builtin)), {**info,
@@ -446,6 +446,16 @@ def load_tokenizer(spec: str, *, fetch_missing: bool = False, log=print):
     gguf = _verified_gguf(builtin, fetch_missing, log)
     return (AutoTokenizer.from_pretrained(gguf.parent, gguf_file=gguf.name),
             {**info, "loaded_from": "gguf"})
+
+
+def _why(exc: Exception) -> str:
+    """An exception as ``Type: message`` (OSError's own text already says what it is), the
+    type with its module unless a builtin (``struct.error``, not a bare ``error``)."""
+    if isinstance(exc, OSError):
+        return str(exc)
+    kind = type(exc)
+    name = kind.__qualname__ if kind.__module__ == "builtins" else f"{kind.__module__}.{kind.__qualname__}"
+    return f"{name}: {exc}"
 
 
 def _builtin_match(path: Path) -> dict:
@@ -468,8 +478,9 @@ def _load_transformers(spec: str, torch_dtype) -> LoadedModel:
     try:
         tok = AutoTokenizer.from_pretrained(spec_dir, **kwargs)
         model = AutoModelForCausalLM.from_pretrained(spec_dir, dtype=torch_dtype, **kwargs)
-    except (OSError, ValueError) as exc:  # ValueError: a folder holding no causal LM
-        raise ModelError(f"cannot load {spec!r} through transformers: {exc}") from None
+    except Exception as exc:  # a folder holding no causal LM (ValueError), a corrupt GGUF
+        # (struct.error) or safetensors file (SafetensorError): one line naming the spec
+        raise ModelError(f"cannot load {spec!r} through transformers: {_why(exc)}") from None
     info = {"source": "gguf file" if kwargs else "transformers", "path_or_id": spec}
     if kwargs:
         info.update(_builtin_match(path))

@@ -183,3 +183,37 @@ def test_hub_ids_builtin_names_and_existing_paths_reach_the_loader(tmp_path, mon
         main(["validate", *FAST, "--target", spec, "--drafter", spec, "--fetch",
               "--kept", "8", "--out", str(tmp_path / "run")])
     assert loaded == [spec] and not (tmp_path / "run").exists()
+
+
+@pytest.mark.parametrize("argv, message", [
+    # an empty spec was replaced by the default model (Qwen 1.5B loaded for --target '')
+    (["--target", ""], "error: an empty model name"),
+    (["--drafter", ""], "error: an empty model name"),
+    (["--hetero", "--target", ""], "error: an empty model name"),
+    # no drafter at all: it loaded the target, printed an empty table and exited 0
+    (["--hetero", "--drafter", ","], "error: --drafter ',' names no drafter vocabulary"),
+    # the default kept sizes do not fit SmolLM2: named as the default, not as a --kept given
+    (["--target", "smollm2-135m", "--drafter", "smollm2-135m"],
+     "error: the default --kept size 65536 exceeds the vocabulary of smollm2-135m (49,152 "
+     "tokens): choose sizes up to 49,152 with --kept"),
+    # a truncated built-in drafter was checked only once both models had loaded
+    (["--target", "smollm2-135m", "--drafter", "truncated:2:smollm2-135m", "--kept", "60000"],
+     "error: --kept 60000 exceeds the vocabulary of smollm2-135m (49,152 tokens)"),
+])
+def test_specs_and_default_sizes_are_checked_as_given(tmp_path, capsys, loaded, argv, message):
+    assert main(["validate", *argv, "--no-timing", "--out", str(tmp_path / "run")]) == 2
+    assert _error_line(capsys).startswith(message)
+    assert loaded == [] and not (tmp_path / "run").exists()
+
+
+@pytest.mark.parametrize("hetero", [(), ("--hetero",)])
+def test_a_corrupt_gguf_is_one_error_line_naming_it(tmp_path, capsys, hetero):
+    """A file with the GGUF magic and garbage after it was struct.error's 38-line traceback
+    (random bytes with --hetero: ValueError's), exit 1: the status of a failed check."""
+    bad = tmp_path / "bad.gguf"
+    bad.write_bytes(b"GGUF\x03\x00\x00\x00garbage")
+    drafter = ("--drafter", "smollm2-135m") if hetero else ("--drafter", str(bad))
+    assert main(["validate", *hetero, "--target", str(bad), *drafter, "--kept", "50",
+                 "--no-timing", "--out", str(tmp_path / "run")]) == 2
+    line = _error_line(capsys)
+    assert line.startswith("error: cannot load ") and repr(str(bad)) in line, line
