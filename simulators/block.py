@@ -114,11 +114,20 @@ def _standard_error(x, sd) -> float:
     return float(x.std(ddof=1)) / math.sqrt(x.size) if x.size > 1 else math.inf
 
 
-def mean_ci(samples, level: float = 0.999, *, sd: float | None = None) -> tuple[float, float, float]:
-    """``(mean, lo, hi)``: normal-approximation two-sided CI at ``level`` for the mean.
+def mean_ci(samples, level: float = 0.999, *, sd: float | None = None,
+            spread: float | None = None) -> tuple[float, float, float]:
+    """``(mean, lo, hi)``: two-sided CI at ``level`` for the mean.
 
     ``sd``: the standard deviation of the samples' law when it is known (an exact block law):
-    with the sample's own, two equal draws gave an interval of width 0 around a wrong mean."""
+    with the sample's own, two equal draws gave an interval of width 0 around a wrong mean.
+
+    Without ``spread`` the interval is the normal approximation. With ``sd`` and ``spread`` (a
+    bound on ``|X - E X|``, e.g. ``gamma`` for tokens per call in ``[1, gamma + 1]``) it is
+    Bernstein's: ``P(|mean - E X| >= t) <= 2 exp(-n t^2 / (2 sd^2 + 2 spread t / 3))`` solved
+    for ``t`` at ``1 - level``, which holds at every ``n`` for every law. The normal one missed
+    far more often than stated on a skewed law: at alpha = 0.999, 64 drafts, n = 10, 3.5% of
+    its "99.9%" intervals missed the exact mean.
+    """
     from scipy import stats
 
     x = np.asarray(samples, dtype=np.float64)
@@ -128,6 +137,14 @@ def mean_ci(samples, level: float = 0.999, *, sd: float | None = None) -> tuple[
         raise InputError(f"level must be in (0, 1), e.g. 0.999, got {level!r}")
     _check_sd(sd)
     m = float(x.mean())
+    if spread is not None:
+        if sd is None or not 0 <= spread < math.inf:
+            raise InputError(f"spread must be a finite number >= 0, with sd given; got "
+                             f"spread={spread!r}, sd={sd!r}")
+        log_term = math.log(2 / (1 - level))  # t^2 = (2 sd^2 + 2 spread t / 3) log_term / n
+        b = spread * log_term / (3 * x.size)
+        half = b + math.sqrt(b * b + 2 * float(sd) ** 2 * log_term / x.size)
+        return m, m - half, m + half
     half = float(stats.norm.ppf(0.5 + level / 2)) * _standard_error(x, sd)
     return m, m - half, m + half
 

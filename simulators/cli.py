@@ -93,7 +93,7 @@ def cmd_block(args) -> int:
             mean = float(blk.expected_tokens)
             sd = math.sqrt(max(0.0, sum(float(v) * (int(k) - mean) ** 2
                                         for k, v in blk.length_law.items())))
-            m, lo, hi = mean_ci(lengths, 0.999, sd=sd)
+            m, lo, hi = mean_ci(lengths, 0.999, sd=sd, spread=args.gamma)  # L in [1, gamma + 1]
             row["mc"] = {"n": int(args.mc), "mean": m, "ci999": [lo, hi], "law_sd": sd,
                          "z_pvalue": z_pvalue(lengths, mean, sd=sd)}
         results.append(row)
@@ -120,12 +120,16 @@ def cmd_block(args) -> int:
 
 
 # --------------------------------------------------------------------------------- speedup
+#: Largest --gamma-max of 'speedup'.
+SPEEDUP_GAMMA_MAX = 512
+
+
 def cmd_speedup(args) -> int:
     from .block import (expected_tokens_iid, mc_tokens_iid, mean_ci, optimal_gamma, speedup,
                         tokens_sd_iid)
 
-    if args.gamma_max < 1 or args.gamma_max > 512:
-        raise InputError(f"--gamma-max must be in 1..512, got {args.gamma_max}")
+    if args.gamma_max < 1 or args.gamma_max > SPEEDUP_GAMMA_MAX:
+        raise InputError(f"--gamma-max must be in 1..{SPEEDUP_GAMMA_MAX}, got {args.gamma_max}")
     rows, curves, best = [], [], []
     rng = np.random.default_rng(args.seed)
     for a in args.alpha:
@@ -144,7 +148,7 @@ def cmd_speedup(args) -> int:
             x = mc_tokens_iid([a] * g, args.mc, rng)
             # the law's own standard deviation: the sample's gave a zero-width interval when
             # every draw was gamma + 1 (alpha near 1), excluding the exact value
-            m, lo, hi = mean_ci(x, 0.999, sd=tokens_sd_iid(a, g))
+            m, lo, hi = mean_ci(x, 0.999, sd=tokens_sd_iid(a, g), spread=g)  # Bernstein: holds at any n
             row["mc"] = {"n": args.mc, "tokens_per_call": m, "ci999": [lo, hi],
                          "speedup": m / (g * args.c + 1),
                          "speedup_ci999": [lo / (g * args.c + 1), hi / (g * args.c + 1)]}
@@ -161,8 +165,14 @@ def cmd_speedup(args) -> int:
         a_text = f"{r['alpha']:.3f}" if round(r["alpha"], 3) == r["alpha"] else f"{r['alpha']:.6g}"
         lines.append(f"{a_text:>7}{best_g:>12}{r['tokens_per_call']:>13.4f}{r['speedup']:>10.4f}{mc}")
     if any(r["at_gamma_max"] for r in rows):
+        if args.c == 0:  # drafting is free: every longer draft is faster, no optimum exists
+            why = "with c = 0 every longer draft is faster (no finite optimum)"
+        elif args.gamma_max < SPEEDUP_GAMMA_MAX:
+            why = "gamma + 1 is faster; raise it to find the optimum"
+        else:  # it cannot be raised: telling the user to was a dead end
+            why = f"gamma + 1 is faster; the optimum lies beyond the largest allowed, {SPEEDUP_GAMMA_MAX}"
         lines.append(f">=: the best gamma searched is the largest (--gamma-max {args.gamma_max}) and "
-                     "gamma + 1 is faster; raise it to find the optimum (the row is at that gamma)")
+                     f"{why} (the row is at that gamma)")
     from . import plots
 
     _emit(args, {"c": args.c, "rows": rows, "curves": curves}, lines)
@@ -340,7 +350,9 @@ def cmd_spectr(args) -> int:
     if worst:
         lines.append(f"min K-SEQ / LP-optimum ratio over {args.trials} random pairs x k = 1..{args.k_max}: "
                      f"{min(worst):.4f} (SpecTr's guarantee: >= 1 - 1/e = {one_minus_inv_e():.4f})")
-    return _emit(args, out, lines)
+    code = _emit(args, out, lines)
+    # a failed exact check is a failure of the run, as in 'block' and 'dsi' (it exited 0)
+    return 1 if any(not r["lossless_exact"] for r in rows) else code
 
 
 # ---------------------------------------------------------------------------------- string
@@ -550,7 +562,8 @@ def register(subparsers) -> None:
 
     k = sub.add_parser("spectr", formatter_class=RAW, help="K-SEQ multi-draft: rho*, acceptance, LP optimum",
                        description="SpecTr K-SEQ (arXiv 2310.15141) with k i.i.d. drafts: best rho by "
-                                   "bisection, acceptance 1 - (1 - beta)^k, exact output law, LP optimum.",
+                                   "bisection, acceptance 1 - (1 - beta)^k, exact output law, LP optimum. "
+                                   "Exit 1 if an exact output law is not p.",
                        epilog="example:\n  rdk-theory simulate spectr --support 4 --k-max 4 --mc 100000")
     k.add_argument("--support", type=_positive_int, default=4,
                    help="vocabulary size, 2..8 (default 4; the output law is enumerated exactly)")

@@ -315,12 +315,10 @@ def test_block_figure_bars_are_the_exact_length_law(monkeypatch, tmp_path):
 def test_speedup_mc_interval_uses_the_laws_standard_deviation(capsys):
     """At alpha = 0.9999 nearly every draw is gamma + 1 = 17: with the sample's standard
     deviation the '99.9 %' interval was [17.0000, 17.0000] and excluded the exact 16.9864
-    printed beside it (coverage 75 % in 2,000 repeats). Its half-width is now
-    z_{0.9995} sd / sqrt(n) with the law's sd."""
-    import numpy as np
-    from scipy import stats
-
+    printed beside it (coverage 75 % in 2,000 repeats). Its half-width is now Bernstein's with
+    the law's sd and the spread gamma (tests/test_sim_block.py)."""
     from simulators.block import tokens_sd_iid
+    from tests.test_sim_block import bernstein_half_width
 
     rc, out, _ = _run(capsys, "speedup", "--alpha", "0.9999", "--c", "0.01", "--mc", "1000",
                       "--seed", "1", "--json")
@@ -328,7 +326,8 @@ def test_speedup_mc_interval_uses_the_laws_standard_deviation(capsys):
     row = json.loads(out)["rows"][0]
     lo, hi = row["mc"]["ci999"]
     assert lo < row["tokens_per_call"] < hi
-    half = stats.norm.ppf(0.9995) * tokens_sd_iid(0.9999, row["best_gamma"]) / np.sqrt(1000)
+    g = row["best_gamma"]
+    half = bernstein_half_width(tokens_sd_iid(0.9999, g), g, 1000, 0.999)
     assert abs((hi - lo) / 2 - half) <= FLOAT64_RTOL * half
 
 
@@ -344,3 +343,35 @@ def test_disco_refuses_repeated_thresholds_and_an_overlong_trace_and_keeps_near_
                       "100", "--thresholds", "0.3", "0.3000001", "--json")
     assert rc == 0
     assert {"threshold_0.3", "threshold_0.3000001"} <= set(json.loads(out)["toy_runs"])
+
+
+def test_spectr_exits_1_when_an_exact_output_law_is_not_p(capsys, monkeypatch):
+    """A planted error of 1/100 in the enumerated K-SEQ law printed 'lossless NO' and exited
+    0; block and dsi exit 1 when their check fails."""
+    from fractions import Fraction
+
+    import simulators.spectr as spectr
+
+    real = spectr.kseq_law_by_enumeration
+
+    def off(*args, **kwargs):
+        law, acceptance = real(*args, **kwargs)
+        law = law.copy()
+        law[0] += Fraction(1, 100)
+        law[1] -= Fraction(1, 100)
+        return law, acceptance
+
+    monkeypatch.setattr(spectr, "kseq_law_by_enumeration", off)
+    rc, out, _ = _run(capsys, "spectr", "--support", "3", "--k-max", "2", "--trials", "2")
+    assert rc == 1 and "NO" in out
+
+
+@pytest.mark.parametrize("argv, why", [
+    (["--alpha", "0.9999", "--c", "0.00001", "--gamma-max", "512"],
+     "the optimum lies beyond the largest allowed, 512"),  # it said 'raise it', refused at 513
+    (["--alpha", "0.9", "--c", "0", "--gamma-max", "8"], "with c = 0 every longer draft is faster"),
+    (["--alpha", "0.9", "--c", "0.001", "--gamma-max", "4"], "raise it to find the optimum"),
+])
+def test_speedup_says_why_the_best_gamma_is_the_largest(capsys, argv, why):
+    rc, out, _ = _run(capsys, "speedup", *argv)
+    assert rc == 0 and why in out and ">=" in out
