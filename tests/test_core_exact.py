@@ -172,3 +172,12 @@ def test_numbers_beyond_float64_are_input_errors(call):
     OverflowError."""
     with pytest.raises(rt.InputError, match="too large for float64"):
         call()
+
+
+def test_oov_cap_counts_no_mass_of_a_last_token_outside_I():
+    """p(I) with the last target id outside I and p > 0 there: an oov_cap that indexed
+    draft_to_target directly (-1 reading the last id) passed the known-value test above only
+    because P puts 0 on its last token."""
+    vm = rt.VocabMap(4, [0, -1, 2])  # I = {0, 2}; id 3 (the last) is outside
+    p = fr(F(1, 8), F(1, 4), F(1, 8), F(1, 2))
+    assert rt.oov_cap(p, vm) == F(1, 4)

@@ -156,3 +156,42 @@ def test_from_factor_refuses_a_factor_whose_rows_do_not_sum_to_zero():
     with pytest.raises(InputError, match="does not sum to 0"):
         FirstOrderCovarianceKernel.from_factor(np.array([[1.0, 0.0, 0.0]]), 1.0)
     FirstOrderCovarianceKernel.from_factor(np.array([[1.0, -1.0, 0.0]]), 1.0)  # centred: fine
+
+
+@pytest.mark.parametrize("engine", ["numpy", "fused", "blas", "torch"])
+def test_clipped_rows_keep_the_mass_of_a_sub_stochastic_input(engine):
+    """The clip renormalises to sum q', not to 1: with TLI rows (sum 1) both read the same, and
+    a clip renormalising to 1 passed the whole suite (a review's planted bug). Rows summing
+    to 0.7 and 0.3 at a tau where the clip acts must keep those sums."""
+    cal, vm, q, _ = _setup()
+    qp = rt.tli_proposal(q, vm)[:2] * np.array([[0.7], [0.3]])
+    if engine == "torch":
+        torch = pytest.importorskip("torch")
+        fo = rt.FirstOrderCovarianceKernel(cal, 1e-4)
+        out = fo.transport(torch.from_numpy(qp)).numpy()
+    else:
+        if engine != "numpy":
+            pytest.importorskip("numba")
+        fo = rt.FirstOrderCovarianceKernel(cal, 1e-4, engine=engine)
+        out = fo.transport(qp)
+    assert fo.transport_unclipped(qp).min() < 0  # the clip acts
+    assert out.min() >= 0
+    assert_close(out.sum(-1), [0.7, 0.3])
+
+
+def test_build_proposals_rdk_first_order_is_the_kernel_applied_to_tli():
+    """build_proposals' first-order entry is fo.transport(TLI) and, before the clip, the dense
+    first-order matrix applied to TLI; transporting the vanilla proposal instead was caught
+    by one CLI test only."""
+    cal, vm, q, _ = _setup(kept=12)
+    ids = vm.draft_to_target.copy()
+    ids[:3] = -1  # heterogeneous: vanilla sums to q(I) < 1, so it differs from TLI
+    vm = rt.VocabMap(vm.n_target, ids)
+    fo = rt.FirstOrderCovarianceKernel(cal, 0.05)
+    props = rt.build_proposals(q, vm, first_order=fo)
+    tli = rt.tli_proposal(q, vm)
+    assert_close(props["rdk_first_order"], fo.transport(tli))
+    dense = tli @ _first_order_matrix(cal, 0.05)
+    if dense.min() >= 0:
+        assert_close(props["rdk_first_order"], dense)
+    assert np.abs(props["rdk_first_order"] - fo.transport(props["vanilla"])).max() > 1e-3

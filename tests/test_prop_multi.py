@@ -19,7 +19,7 @@ from rdk_theory.string_level import (
 )
 from rdk_theory.validation import InputError
 from tests.strategies import Law, law_pairs, laws, toy_tokenizers
-from tests.tolerances import LP_ATOL, assert_close, assert_leq
+from tests.tolerances import BISECTION_ATOL, LP_ATOL, assert_close, assert_leq
 
 W = Law.from_weights
 alphas = st.lists(st.integers(0, 4).map(lambda k: Fraction(k, 4)), min_size=1, max_size=6)
@@ -105,8 +105,10 @@ def test_K_best_rho_and_one_minus_inv_e_ratio(pq, k):
     p, q = pq[0].f64, pq[1].f64
     rho = kseq_best_rho(p, q, k)
     assert 1 <= rho <= k and kseq_is_valid(p, q, rho, k)
-    if rho > 1 + 1e-6:
-        assert not kseq_is_valid(p, q, rho - 1e-6, k)
+    # the smallest valid rho, to the bisection's tolerance (1e-6 here let a bisection 1e5 x
+    # looser than its tol=1e-12 pass every test)
+    if rho > 1 + BISECTION_ATOL:
+        assert not kseq_is_valid(p, q, rho - BISECTION_ATOL, k, strict=True)
     acc = float(kseq_acceptance(p, q, rho, k))
     opt = optimal_acceptance_lp(p, q, k)
     assert_close(opt, float(optimal_acceptance_cut(pq[0].exact, pq[1].exact, k)), atol=LP_ATOL)
