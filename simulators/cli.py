@@ -59,6 +59,10 @@ def _kernels_for_pair(pair):
     return covariance_softmax_kernel(cal, tau), FirstOrderCovarianceKernel(cal, tau), tau
 
 
+#: Most Monte Carlo iterations of 'block' (its blocks are kept as lists: about 330 MB here).
+BLOCK_MAX_MC = 10_000_000
+
+
 def cmd_block(args) -> int:
     from .block import mean_ci, simulate_blocks, z_pvalue
     from .sequence import block_law, is_lossless, make_proposal_fn
@@ -68,6 +72,9 @@ def cmd_block(args) -> int:
         raise InputError(f"--gamma must be in 0..6 (exact enumeration is exponential), got {args.gamma}")
     if args.mc < 0:
         raise InputError(f"--mc must be >= 0, got {args.mc}")
+    if args.mc > BLOCK_MAX_MC:  # 3e9 ran into the machine's out-of-memory killer (24 GB)
+        raise InputError(f"--mc must be at most {BLOCK_MAX_MC:,} for block (every block is "
+                         f"kept, about 33 bytes each), got {args.mc:,}")
     pairs = TOY_PAIRS if args.pair == "all" else (args.pair,)
     samplers = SAMPLERS if args.sampler == "all" else (args.sampler,)
     rng = np.random.default_rng(args.seed)
@@ -381,11 +388,16 @@ def cmd_string(args) -> int:
                      "psi": [float(x) for x in res["psi"]],
                      "psi_methods_agree": bool(all(res["psi"] == res["psi_by_segmentations"])),
                      "slem": float(res["slem"]), "slrs": float(res["slrs"]),
-                     "slrs_lossless_exact": bool(all(res["slrs_output_law"] == p))})
+                     # the step is lossless for any r >= 0 it is given, so the output law alone
+                     # could not fail: what can is psi being the law of the drafted target
+                     # token (summing to 1, a complete prefix code) the step is given
+                     "psi_sum": float(sum(res["psi"])),
+                     "slrs_lossless_exact": bool(sum(res["psi"]) == 1
+                                                 and all(res["slrs_output_law"] == p))})
     cost = cost_table(range(1, args.max_length + 1))
     out = {"target_tokens": TARGET_TOKENS, "draft_tokens": DRAFT_TOKENS, "rows": rows, "cost": cost}
     lines = [f"target tokens {TARGET_TOKENS} (a complete prefix code), drafter tokens {DRAFT_TOKENS}",
-             f"{'after':<7}{'p':<24}{'psi':<24}{'SLEM':>7}{'SLRS':>7}  SLRS lossless (exact)"]
+             f"{'after':<7}{'p':<24}{'psi':<24}{'SLEM':>7}{'SLRS':>7}  SLRS lossless (exact: sum psi = 1, law p)"]
     for r in rows:
         lines.append(f"{r['context']:<7}{' '.join(f'{x:.3f}' for x in r['p']):<24}"
                      f"{' '.join(f'{x:.3f}' for x in r['psi']):<24}{r['slem']:>7.3f}{r['slrs']:>7.3f}  "
@@ -494,11 +506,14 @@ def register(subparsers) -> None:
     b.add_argument("--sampler", choices=SAMPLERS + ("all",), default="all", help="sampler (default all)")
     b.add_argument("--gamma", type=_count, default=3,
                    help="draft length, 0..6 (default 3; exact enumeration is exponential in it: "
-                        "on 2 cores gamma 5 takes 20-50 s per pair and sampler, gamma 6 over a minute)")
+                        "on 2 cores gamma 4 takes seconds with vanilla and TLI but 1-3 minutes per "
+                        "pair with an RDK sampler (rationalised weights), and gamma 5 and 6 with "
+                        "an RDK sampler over 15 minutes and several GB each)")
     b.add_argument("--seed", type=_count, default=0,
                    help="seed of the toy models and the Monte Carlo (>= 0; default 0)")
     b.add_argument("--mc", type=_mc_count, default=0,
-                   help="Monte Carlo iterations, 0 or >= 2 (default 0: none)")
+                   help="Monte Carlo iterations, 0 or 2..10,000,000 (default 0: none; each "
+                        "block is kept, about 33 bytes)")
     common(b)
     b.set_defaults(func=cmd_block)
 

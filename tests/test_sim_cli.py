@@ -375,3 +375,37 @@ def test_spectr_exits_1_when_an_exact_output_law_is_not_p(capsys, monkeypatch):
 def test_speedup_says_why_the_best_gamma_is_the_largest(capsys, argv, why):
     rc, out, _ = _run(capsys, "speedup", *argv)
     assert rc == 0 and why in out and ">=" in out
+
+
+def test_string_says_no_when_psi_is_not_a_law(capsys, monkeypatch):
+    """One verification step outputs p for any r >= 0 it is given, so 'SLRS lossless' from the
+    output law alone said yes for a psi summing to 2.7 (a review planted it); it now also
+    requires psi, the law of the drafted target token, to sum to 1."""
+    from simulators import strings
+
+    real = strings.string_step
+
+    def off(p, *a, **k):
+        res = real(p, *a, **k)
+        res["psi"] = res["psi_by_segmentations"] = res["psi"] * 0 + Fraction(9, 10)
+        res["slrs_output_law"] = strings.step_output_law(p, res["psi"], check=False)
+        return res
+
+    monkeypatch.setattr(strings, "string_step", off)
+    rc, out, _ = _run(capsys, "string", "--max-length", "2", "--json")
+    rows = json.loads(out)["rows"]
+    assert all(r["psi_methods_agree"] and not r["slrs_lossless_exact"] for r in rows)
+    assert all(r["psi_sum"] == pytest.approx(2.7) for r in rows)
+    monkeypatch.setattr(strings, "string_step", real)
+    rc, out, _ = _run(capsys, "string", "--max-length", "2", "--json")
+    real_rows = json.loads(out)["rows"]
+    assert rc == 0 and all(r["slrs_lossless_exact"] and r["psi_sum"] == 1.0 for r in real_rows)
+
+
+def test_block_refuses_a_monte_carlo_size_it_cannot_hold(capsys):
+    """--mc 3000000000 kept every block in a Python list: the out-of-memory killer ended it
+    (exit 137), 24 GB in."""
+    rc, _, err = _run(capsys, "block", "--pair", "same", "--sampler", "vanilla", "--gamma", "1",
+                      "--mc", "3000000000")
+    assert rc == 2 and err.strip() == ("error: --mc must be at most 10,000,000 for block (every "
+                                       "block is kept, about 33 bytes each), got 3,000,000,000")
