@@ -232,8 +232,8 @@ def verify_draft(target_probs, proposal, draft: int, rng, *, check: bool = True)
     ``draft = -1`` is a drafter token the target lacks (a sub-stochastic ``r`` leaves mass
     ``1 - r(T)`` for those): always rejected, so the residual is drawn. ``check`` validates
     ``p``, ``r`` and ``draft`` (ids outside ``[-1, N_T)``, and a draft with ``r(draft) = 0``
-    or ``-1`` with ``r(T) = 1``, which cannot have been drawn from ``r``, raise InputError; unchecked, such a draft would
-    be accepted and the law would not be ``p``). ``p`` and ``r``
+    or ``-1`` with ``r(T) = 1``, which cannot have been drawn from ``r``, raise InputError;
+    unchecked, such a draft would be accepted and the law would not be ``p``). ``p`` and ``r``
     may be tensors on any device: the step runs on the host, so ``rng`` is always a
     ``numpy.random.Generator``.
     """
