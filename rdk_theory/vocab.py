@@ -14,6 +14,7 @@ Builders:
 """
 from __future__ import annotations
 
+import math
 import numbers
 from dataclasses import dataclass
 from fractions import Fraction
@@ -25,7 +26,7 @@ import numpy as np
 from . import _backend as B
 from .tokens import canonical_tokens, detect_space_marker, mark_special, match_ranks
 from .validation import (NEG_ATOL, InputError, as_count, as_draft_to_target, as_real_array,
-                         as_real_tensor, host, is_rational_array)
+                         as_real_tensor, host)
 
 @dataclass(frozen=True, eq=False)
 class VocabMap:
@@ -404,30 +405,31 @@ def _boxed_items(token_counts, raw: np.ndarray):
     return token_counts if listed else raw
 
 
-def _python_int_counts(token_counts, raw: np.ndarray) -> np.ndarray | None:
-    """Integer counts that numpy could not hold as one integer type (Python ints beyond int64,
-    or mixed with numpy integers: a float64 or object array) as an object array of Python
-    ints, ranked exactly; None when they are not all integers."""
+def _exact_counts(token_counts, raw: np.ndarray) -> list | None:
+    """The counts as exact Python numbers (ints and Fractions) when numpy's reading may have
+    rounded them: an integer beyond 2^53 or a Fraction, in a list or an object array (float64
+    would tie ``2^60`` with ``2^60 + 1``). Python compares int, float and Fraction exactly, and
+    a float's value is a Fraction exactly. None when numpy's reading is exact, or when the
+    items are not all real numbers (``as_real_array`` then names the problem); InputError for
+    a NaN or infinity among exact counts."""
     items = _boxed_items(token_counts, raw)
-    if items is None or not all(isinstance(c, numbers.Integral) and not isinstance(c, (bool, np.bool_)) for c in items):
+    if items is None or not all(isinstance(c, numbers.Real) and not isinstance(c, (bool, np.bool_))
+                                for c in items):
         return None
-    return np.array([int(c) for c in items], dtype=object)
-
-
-def _wide_mixed_counts(token_counts, raw: np.ndarray) -> list | None:
-    """Counts that mix an integer beyond 2^53 with floats (numpy reads them all as float64,
-    tying the integer with its neighbours) as exact Fractions (a float's value is exact);
-    None otherwise (InputError for a NaN or infinity among them)."""
-    items = _boxed_items(token_counts, raw)
-    if items is None:
-        return None
-    real = all(isinstance(c, numbers.Real) and not isinstance(c, (bool, np.bool_)) for c in items)
-    if not real or not any(isinstance(c, numbers.Integral) and abs(int(c)) > 2**53 for c in items):
-        return None
-    try:
-        return [Fraction(c) for c in items]
-    except (ValueError, OverflowError):  # Fraction(nan), Fraction(inf)
-        raise InputError("token_counts must be finite and non-negative") from None
+    if not any(isinstance(c, numbers.Rational)
+               and not (isinstance(c, numbers.Integral) and abs(int(c)) <= 2**53) for c in items):
+        return None  # floats and small integers: float64 holds every one exactly
+    exact = []
+    for c in items:
+        if isinstance(c, numbers.Integral):
+            exact.append(int(c))
+        elif isinstance(c, numbers.Rational):
+            exact.append(Fraction(c.numerator, c.denominator))
+        elif math.isfinite(c):
+            exact.append(Fraction(float(c)))
+        else:
+            raise InputError("token_counts must be finite and non-negative")
+    return exact
 
 
 def _most_frequent_exact(values: list, k) -> np.ndarray:
@@ -452,19 +454,10 @@ def keep_most_frequent(token_counts, k: int) -> np.ndarray:
         raw = np.asarray(host(token_counts, "token_counts"))
     except (ValueError, TypeError):  # ragged: as_real_array names the problem
         raw = None
-    # integer counts are ranked as integers: float64 would tie counts above 2^53
-    integer = raw is not None and raw.dtype.kind in "iu"
-    if raw is not None and not integer:
-        exact = _python_int_counts(token_counts, raw)
-        if exact is not None:
-            raw, integer = exact, True
-        else:
-            mixed = _wide_mixed_counts(token_counts, raw)
-            if mixed is not None:
-                return _most_frequent_exact(mixed, k)
-    if (not integer and raw is not None and raw.ndim == 1 and raw.size
-            and is_rational_array(raw)):  # Fractions: ranked exactly (float64 would tie them)
-        return _most_frequent_exact(list(raw), k)
+    exact = None if raw is None else _exact_counts(token_counts, raw)
+    if exact is not None:
+        return _most_frequent_exact(exact, k)
+    integer = raw is not None and raw.dtype.kind in "iu"  # ranked as integers, not float64
     counts = raw if integer else as_real_array(token_counts if raw is None else raw,
                                                "token_counts")
     if counts.ndim != 1 or counts.size == 0:
@@ -474,7 +467,7 @@ def keep_most_frequent(token_counts, k: int) -> np.ndarray:
     k = as_count(k, "k", 1)
     if k > counts.size:
         raise InputError(f"k must be in [1, {counts.size}], got {k}")
-    # ascending key = descending count (max - c is exact for integers of any width); a
+    # ascending key = descending count (max - c is exact for numpy integers); a
     # stable sort puts the lower id first among ties
     key = (counts.max() - counts) if integer else -counts
     return np.sort(np.argsort(key, kind="stable")[:k])
