@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import math
 import sys
 import time
 
@@ -64,7 +63,7 @@ BLOCK_MAX_MC = 10_000_000
 
 
 def cmd_block(args) -> int:
-    from .block import mean_ci, simulate_blocks, z_pvalue
+    from .block import bernstein_pvalue, law_sd, mean_ci, simulate_blocks, z_pvalue
     from .sequence import block_law, is_lossless, make_proposal_fn
     from .toy_lm import TOY_PAIRS, toy_pair
 
@@ -97,12 +96,12 @@ def cmd_block(args) -> int:
             lengths = np.array([len(b) for b in simulate_blocks(pair.target.float_copy(), fl, args.gamma,
                                                                 args.mc, rng)])
             # the exact law's standard deviation: two equal draws gave a zero-width interval
-            mean = float(blk.expected_tokens)
-            sd = math.sqrt(max(0.0, sum(float(v) * (int(k) - mean) ** 2
-                                        for k, v in blk.length_law.items())))
+            mean, sd = float(blk.expected_tokens), law_sd(blk.length_law)
             m, lo, hi = mean_ci(lengths, 0.999, sd=sd, spread=args.gamma)  # L in [1, gamma + 1]
             row["mc"] = {"n": int(args.mc), "mean": m, "ci999": [lo, hi], "law_sd": sd,
-                         "z_pvalue": z_pvalue(lengths, mean, sd=sd)}
+                         "z_pvalue": z_pvalue(lengths, mean, sd=sd),
+                         "bernstein_pvalue": bernstein_pvalue(lengths, mean, sd=sd,
+                                                              spread=args.gamma)}
         results.append(row)
     lines = [f"one speculative iteration, gamma = {args.gamma}, toy pairs seed {args.seed} "
              f"(covariance kernel tau = default: max calibration variance)",

@@ -8,12 +8,15 @@ import pytest
 
 from rdk_theory.validation import InputError
 from simulators.block import (
+    bernstein_pvalue,
     expected_tokens,
     expected_tokens_iid,
+    law_sd,
     mc_tokens_iid,
     mean_ci,
     optimal_gamma,
     speedup,
+    tokens_sd_iid,
     z_pvalue,
 )
 from tests.stats import assert_pvalue
@@ -86,19 +89,20 @@ def test_monte_carlo_tokens_per_call_agree_with_closed_form():
 
 def test_mean_ci_and_z_pvalue_known_values():
     """x = (0, 1) x 50: mean 1/2, sample sd s = sqrt(25/99), so the 99.9% half-width is
-    Phi^-1(0.9995) s / sqrt(100) = 0.16536; at mean + 1.96 se the two-sided p-value is 0.05."""
+    t_99^-1(0.9995) s / sqrt(100) = 0.17043 (Student's t: the sd is the sample's; the normal
+    quantile gave 0.16536); at mean + t_99^-1(0.975) se the two-sided p-value is 0.05."""
     from scipy import stats
 
     x = np.array([0.0, 1.0] * 50)
     s = np.sqrt(25 / 99)
     m, lo, hi = mean_ci(x, 0.999)
     assert m == 0.5
-    assert_close(hi - m, stats.norm.ppf(0.9995) * s / 10)
+    assert_close(hi - m, stats.t.ppf(0.9995, 99) * s / 10)
     assert_close(m - lo, hi - m)
-    assert round(hi - m, 5) == 0.16536  # the figure quoted above
+    assert round(hi - m, 5) == 0.17043  # the figure quoted above
     assert z_pvalue(x, 0.5) == 1.0
-    assert_close(z_pvalue(x, 0.5 + stats.norm.ppf(0.975) * s / 10), 0.05)
-    assert_close(z_pvalue(x, 0.5 - stats.norm.ppf(0.975) * s / 10), 0.05)
+    assert_close(z_pvalue(x, 0.5 + stats.t.ppf(0.975, 99) * s / 10), 0.05)
+    assert_close(z_pvalue(x, 0.5 - stats.t.ppf(0.975, 99) * s / 10), 0.05)
     # a known law's sd (Bernoulli(1/2): 1/2) replaces the sample's: two equal draws gave an
     # interval of width 0 and a p-value of 0 against the true mean
     m, lo, hi = mean_ci([1.0, 1.0], 0.999, sd=0.5)
@@ -126,7 +130,10 @@ def test_block_cli_interval_uses_the_exact_law_and_covers_the_mean_with_two_draw
     assert_close(row["mc"]["law_sd"], sd)
     lo, hi = row["mc"]["ci999"]
     assert_close(hi - lo, 2 * bernstein_half_width(sd, 1, 2, 0.999))  # spread gamma = 1
-    assert_pvalue(row["mc"]["z_pvalue"], "block --mc 2 against the exact mean")  # counted, 4e-6
+    # Bernstein's p-value holds at n = 2 (the normal z's level does not): counted, 4e-6
+    assert_pvalue(row["mc"]["bernstein_pvalue"], "block --mc 2 against the exact mean")
+    assert_close(row["mc"]["bernstein_pvalue"],
+                 bernstein_pvalue([row["mc"]["mean"]] * 2, row["expected_tokens"], sd=sd, spread=1))
 
 
 def bernstein_half_width(sd, spread, n, level):
@@ -210,3 +217,35 @@ def test_the_bernstein_interval_covers_at_its_level_where_the_normal_one_did_not
     assert_pvalue(float(stats.binom.sf(misses - 1, reps, 1e-3)), "Bernstein CI coverage")
     with pytest.raises(InputError, match="spread must be a finite number >= 0, with sd"):
         mean_ci([1.0, 2.0], 0.999, spread=1.0)
+
+
+def test_the_bernstein_pvalue_is_the_test_dual_to_the_bernstein_interval():
+    """At the interval's edge (mean - expected = its half-width) the p-value is 1 - level;
+    inside it is larger, outside smaller; it is 1 at the mean and capped at 1; a law with one
+    value gives 1 or 0. And it is conservative: for Bernoulli(1/2), n = 20, the exact
+    two-sided tail P(|mean - 1/2| >= t) never exceeds it."""
+    from math import comb
+
+    x = [0.0, 1.0] * 10
+    for level in (0.9, 0.999):
+        m, lo, hi = mean_ci(x, level, sd=0.5, spread=0.5)
+        assert_close(bernstein_pvalue(x, m - (hi - m), sd=0.5, spread=0.5), 1 - level)
+        assert bernstein_pvalue(x, m - 0.9 * (hi - m), sd=0.5, spread=0.5) > 1 - level
+        assert bernstein_pvalue(x, m - 1.1 * (hi - m), sd=0.5, spread=0.5) < 1 - level
+    assert bernstein_pvalue(x, 0.5, sd=0.5, spread=0.5) == 1.0
+    assert bernstein_pvalue([2.0, 2.0], 2.0, sd=0.0, spread=0.0) == 1.0
+    assert bernstein_pvalue([2.0, 2.0], 3.0, sd=0.0, spread=0.0) == 0.0
+    for k in range(21):
+        t = abs(k / 20 - 0.5)
+        exact = sum(comb(20, j) for j in range(21) if abs(j / 20 - 0.5) >= t - 1e-12) / 2**20
+        assert bernstein_pvalue([1.0] * k + [0.0] * (20 - k), 0.5, sd=0.5, spread=0.5) >= exact
+    with pytest.raises(InputError, match="spread must be"):
+        bernstein_pvalue(x, 0.5, sd=0.5, spread=float("nan"))
+
+
+def test_law_sd_is_the_standard_deviation_of_the_law():
+    """{1: 1/4, 3: 3/4}: mean 5/2, variance (9/4 / 4 + 1/4 * 3/4) = 3/4; tokens_sd_iid at
+    alpha = 1/2, gamma = 1 is the sd of {1: 1/2, 2: 1/2}, 1/2."""
+    assert_close(law_sd({1: 0.25, 3: 0.75}), np.sqrt(0.75))
+    assert law_sd({4: 1.0}) == 0.0
+    assert_close(tokens_sd_iid(0.5, 1), 0.5)
