@@ -173,14 +173,25 @@ def block_law(target, proposal_fn: ProposalFn, gamma: int, prefix=()) -> BlockLa
       prefix: tuple of target ids already generated.
     """
     gamma = as_count(gamma, "gamma")
-    law: dict = {}
     prefix = tuple(prefix)
+    return BlockLaw(_block_paths(target, proposal_fn, gamma, prefix), int(gamma), prefix)
+
+
+def _block_paths(target, proposal_fn: ProposalFn, gamma: int, prefix: tuple,
+                 max_tokens: int | None = None) -> dict:
+    """:func:`block_law`'s law as a dict; with ``max_tokens``, the law of the block's first
+    ``max_tokens`` tokens (a path is cut there: its continuations' weights sum to its own, as
+    at every node, so nothing after the cut is enumerated)."""
+    law: dict = {}
 
     def add(block, w):
         if w != 0:
             law[block] = law.get(block, 0) + w
 
     def walk(block, w, t):
+        if max_tokens is not None and len(block) >= max_tokens:
+            add(block, w)
+            return
         ctx = prefix + block
         p = target.next_probs(ctx)
         if t == gamma:  # every draft accepted: the target's bonus token
@@ -213,7 +224,7 @@ def block_law(target, proposal_fn: ProposalFn, gamma: int, prefix=()) -> BlockLa
                     add(block + (y,), w * reject * residual[y] / res_total)
 
     walk((), 1, 0)
-    return BlockLaw(law, int(gamma), prefix)
+    return law
 
 
 def completed_law(target, block: BlockLaw) -> dict:
@@ -227,27 +238,33 @@ def completed_law(target, block: BlockLaw) -> dict:
 
 
 def stream_law(target, proposal_fn: ProposalFn, gamma: int, n_tokens: int, prefix=()) -> dict:
-    """Exact law of the first ``n_tokens`` emitted by repeated speculative iterations."""
+    """Exact law of the first ``n_tokens`` emitted by repeated speculative iterations.
+
+    What follows depends only on the tokens emitted so far, not on how they were split into
+    blocks, so paths that reach the same emitted prefix are merged (their weights summed)
+    before it is expanded: each prefix is expanded once, shortest first, where enumerating
+    every split expanded it once per split. From a prefix ``need`` tokens short of
+    ``n_tokens``, a block is enumerated only up to its first ``need`` tokens."""
     prefix = tuple(prefix)
-    memo: dict = {}
-
-    def laws(ctx):
-        if ctx not in memo:
-            memo[ctx] = block_law(target, proposal_fn, gamma, ctx).law
-        return memo[ctx]
-
+    n_tokens = as_count(n_tokens, "n_tokens")
+    gamma = as_count(gamma, "gamma")
+    if n_tokens == 0:
+        return {(): 1}
     out: dict = {}
-
-    def go(emitted, w):
-        need = n_tokens - len(emitted)
-        if need <= 0:
-            key = emitted[:n_tokens]
-            out[key] = out.get(key, 0) + w
-            return
-        for blk, v in laws(prefix + emitted).items():
-            go(emitted + blk, w * v)
-
-    go((), 1)
+    # by_length[k]: {emitted prefix of k tokens: total probability of the paths reaching it}
+    by_length: list = [dict() for _ in range(n_tokens)]
+    by_length[0][()] = 1
+    for k in range(n_tokens):
+        for emitted, w in by_length[k].items():
+            need = n_tokens - k  # only the block's first ``need`` tokens matter
+            law = _block_paths(target, proposal_fn, gamma, prefix + emitted,
+                               need if need < gamma + 1 else None)
+            for blk, v in law.items():
+                new = emitted + blk
+                bucket = out if len(new) >= n_tokens else by_length[len(new)]
+                key = new[:n_tokens]
+                bucket[key] = bucket.get(key, 0) + w * v
+        by_length[k] = None  # expanded: free it
     return out
 
 

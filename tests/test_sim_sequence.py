@@ -110,6 +110,29 @@ def test_statement_b_telescopes_for_context_dependent_models(name):
     assert expected_tokens(blk.position_acceptances()) == blk.expected_tokens
 
 
+@pytest.mark.parametrize("name,sampler", [("pruned", "rdk_exact"), ("hetero", "tli")])
+def test_stream_law_merges_prefixes_and_cuts_blocks_without_changing_the_law(name, sampler):
+    """stream_law expands each emitted prefix once and enumerates a block only as far as the
+    tokens still needed; the definition, written out here, expands every split of the
+    emitted tokens into whole blocks. Both give the same Fractions, and the target's law."""
+    pair = toy_pair(name, seed=3)
+    fn = make_proposal_fn(pair.drafter, pair.vocab_map, sampler, **_kwargs(pair, sampler))
+    gamma, n = 2, 4
+
+    def by_splits(emitted, w, out):
+        if len(emitted) >= n:
+            out[emitted[:n]] = out.get(emitted[:n], 0) + w
+            return out
+        for blk, v in block_law(pair.target, fn, gamma, emitted).law.items():
+            by_splits(emitted + blk, w * v, out)
+        return out
+
+    law = stream_law(pair.target, fn, gamma, n)
+    assert law == by_splits((), Fraction(1), {})
+    assert law == pair.target.sequence_law((), n)
+    assert stream_law(pair.target, fn, gamma, 0) == {(): 1}
+
+
 def test_checker_is_not_vacuous():
     """Negative controls: another target's law, and one block's mass moved, are both refuted."""
     pair = toy_pair("same", seed=7)
