@@ -254,22 +254,22 @@ def test_exact_block_law_refuses_a_tiny_rejection_with_an_empty_residual():
 
 def test_is_lossless_checks_the_stream_beyond_the_first_block(monkeypatch):
     """Negative control for the stream check: a block law that is right at the prefix but
-    wrong at every later context (block_law patched to move mass there) passes the block
+    wrong at every later context (the enumeration patched to move mass there) passes the block
     completion check alone, and is refuted once ``n_tokens`` asks for the stream."""
     from simulators import sequence
 
-    real = sequence.block_law
+    real = sequence._block_paths  # what block_law and stream_law enumerate with
 
-    def wrong_later(target, fn, gamma, prefix=()):
-        blk = real(target, fn, gamma, prefix)
+    def wrong_later(target, fn, gamma, prefix=(), max_tokens=None):
+        law = real(target, fn, gamma, prefix, max_tokens)
         if tuple(prefix):
-            keys = sorted(blk.law)
-            delta = min(blk.law[keys[0]], blk.law[keys[-1]]) / 2
-            blk.law[keys[0]] -= delta
-            blk.law[keys[-1]] += delta
-        return blk
+            keys = sorted(law)
+            delta = min(law[keys[0]], law[keys[-1]]) / 2
+            law[keys[0]] -= delta
+            law[keys[-1]] += delta
+        return law
 
-    monkeypatch.setattr(sequence, "block_law", wrong_later)
+    monkeypatch.setattr(sequence, "_block_paths", wrong_later)
     pair = toy_pair("same", seed=7)
     fn = make_proposal_fn(pair.drafter, pair.vocab_map, "tli")
     assert is_lossless(pair.target, fn, 1) == (True, 0)
