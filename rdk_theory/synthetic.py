@@ -72,14 +72,17 @@ def dirichlet(rng, n: int, concentration: float = 1.0, size: int | tuple = ()) -
         g = np.where(np.isfinite(s), g, g / g.max(axis=-1, keepdims=True))
         s = g.sum(axis=-1, keepdims=True)
     out = g / np.where(s > 0, s, 1.0)
-    under = s[..., 0] == 0
+    # For tiny concentrations the gamma draws of a row may underflow: to 0, or to subnormals
+    # of a few bits, whose ratios come out as coarse fractions (3e-323 / 4e-323). Rows whose
+    # sum is below n * tiny (so their largest draw may be subnormal) are drawn again in log
+    # space, G_a = G_(a+1) U^(1/a) (U uniform), and normalised by a softmax: the same law, no
+    # underflow, every id alike. A Dirichlet row's proportions are independent of its gamma
+    # sum (Lukacs), so choosing rows by their sum leaves the law unchanged. Other rows keep
+    # their draws (so seeded results stay as they were). log U / a is shifted by its row
+    # maximum first (softmax ignores a row constant): unshifted, a whole row could overflow
+    # to -inf and come out NaN. n * tiny: n at most 2^63, so it is finite.
+    under = s[..., 0] < n * np.finfo(np.float64).tiny
     if np.any(under):
-        # For tiny concentrations every gamma draw of a row may underflow to 0. Such rows are
-        # drawn again in log space, G_a = G_(a+1) U^(1/a) (U uniform), and normalised by a
-        # softmax: the same law, no underflow, every id alike. Rows that did not underflow
-        # keep their draws (so seeded results stay as they were). log U / a is shifted by its
-        # row maximum first (softmax ignores a row constant): unshifted, a whole row could
-        # overflow to -inf and come out NaN.
         m = int(under.sum())
         log_g1 = np.log(rng.gamma(concentration + 1, size=(m, n)))  # drawn first, as always:
         log_u = np.log(rng.random((m, n)))  # seeded results stay as they were
