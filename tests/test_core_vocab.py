@@ -387,3 +387,13 @@ def test_added_text_tokens_are_read_as_text_not_through_the_byte_table():
     with pytest.raises(rt.InputError, match="apply to normalise='bytes' only"):
         rt.VocabMap.from_token_strings(byte_level, sentencepiece, normalise="marker",
                                        target_text_ids=[1])
+
+
+@pytest.mark.parametrize("n_target", [2**63, 2**64])
+def test_a_target_size_beyond_int64_is_refused(n_target):
+    """N_T = 2^64 let drafter id 2^63 pass the range check; the int64 cast then stored it as
+    -2^63 (absent), so the map said 'not pruned' with an empty intersection."""
+    with pytest.raises(rt.InputError, match="at most 2\\^63 - 1"):
+        rt.VocabMap(n_target, np.array([2**63], dtype=np.uint64))
+    top = rt.VocabMap(2**63 - 1, np.array([2**63 - 2], dtype=np.uint64))
+    assert top.draft_to_target.tolist() == [2**63 - 2] and top.intersection.tolist() == [2**63 - 2]
