@@ -47,6 +47,19 @@ def _check_positive(x, name: str, *, zero_ok: bool = False) -> float:
     return value
 
 
+#: Largest logit scale of :func:`zipfian_lm` (noise sd, topic boost). A boost of 1e6 already
+#: sends the other tokens' probabilities to exactly 0; from about 1e13 float64 round-off
+#: swallows the Zipf and noise terms (at 1e17 every row came out uniform).
+MAX_LOGIT_SCALE = 1e6
+
+
+def _logit_scale(value: float, name: str) -> float:
+    if abs(value) > MAX_LOGIT_SCALE:
+        raise InputError(f"{name} must be at most {MAX_LOGIT_SCALE:g} in absolute value (a logit "
+                         f"scale; beyond it float64 round-off swallows the Zipf law), got {value:g}")
+    return value
+
+
 def _check_rng(rng) -> None:
     check_numpy_rng(rng, "synthetic draws need")
 
@@ -171,10 +184,13 @@ def zipfian_lm(rng, n: int = 2048, *, contexts: int = 64, calibration: int = 256
     topics, topic_size = as_count(topics, "topics", 1), as_count(topic_size, "topic_size", 1)
     if topic_size > n:
         raise InputError(f"need 1 <= topic_size <= n = {n}, got {topic_size}")
-    # scales of N(0, 1) noise
-    context_noise = _check_positive(context_noise, "context_noise", zero_ok=True)
-    drafter_noise = _check_positive(drafter_noise, "drafter_noise", zero_ok=True)
-    topic_strength = _check_finite(topic_strength, "topic_strength")
+    # logit scales: N(0, 1) noise, and the topic's boost
+    context_noise = _logit_scale(_check_positive(context_noise, "context_noise", zero_ok=True),
+                                 "context_noise")
+    drafter_noise = _logit_scale(_check_positive(drafter_noise, "drafter_noise", zero_ok=True),
+                                 "drafter_noise")
+    topic_strength = _logit_scale(_check_finite(topic_strength, "topic_strength"),
+                                  "topic_strength")
     with np.errstate(divide="ignore"):  # a steep exponent underflows the rarest ranks to 0
         base = np.log(zipf(n, exponent))
     members = np.stack([rng.choice(n, size=topic_size, replace=False) for _ in range(topics)])
@@ -186,13 +202,8 @@ def zipfian_lm(rng, n: int = 2048, *, contexts: int = 64, calibration: int = 256
         logits[rows, members[which].ravel()] += topic_strength
         return softmax(logits)
 
-    with np.errstate(over="ignore", invalid="ignore", divide="ignore"):  # checked just below
-        target = draw(contexts)
-        cal = draw(calibration)
+    target = draw(contexts)
+    cal = draw(calibration)
+    with np.errstate(divide="ignore"):  # a rank that underflowed has log 0 = -inf: it stays 0
         draft = softmax(np.log(target) + drafter_noise * rng.standard_normal(target.shape))
-    for name, rows in (("target", target), ("calibration", cal), ("drafter", draft)):
-        if not np.isfinite(rows).all():
-            raise InputError(f"the {name} rows overflowed (NaN): context_noise = {context_noise:g}, "
-                             f"drafter_noise = {drafter_noise:g} and topic_strength = "
-                             f"{topic_strength:g} must keep the logits finite")
     return SyntheticLM(target, draft, cal, np.exp(base))

@@ -134,8 +134,10 @@ def test_rows_that_do_not_underflow_keep_their_seeded_draws():
                           ({"topic_strength": "4"}, "topic_strength must be a number"),
                           ({"context_noise": "1"}, "context_noise must be a number"),
                           ({"drafter_noise": True}, "drafter_noise must be a number"),
-                          ({"context_noise": 1e308}, "target rows overflowed"),
-                          ({"drafter_noise": 1e308}, "drafter rows overflowed")]],
+                          ({"context_noise": 1e308}, "context_noise must be at most 1e"),
+                          ({"drafter_noise": 1e308}, "drafter_noise must be at most 1e"),
+                          # 1e17 made every row exactly uniform: round-off swallowed the law
+                          ({"topic_strength": -1e17}, "topic_strength must be at most 1e")]],
     (lambda: synthetic.dirichlet(np.random.default_rng(0), 3, "0.5"), "concentration must be a number"),
     (lambda: synthetic.dirichlet(np.random.default_rng(0), 3, True), "concentration must be a number"),
 ])
