@@ -3,7 +3,8 @@
 On a text, the target and the drafter each read the same token ids once (teacher forcing);
 row ``t`` of the result is the next-token law after the prefix ``ids[: t + 2]``. Position 0
 (the law after one token, with no context) is dropped: there the 1.5B GGUF model disagrees with
-its reference implementation (MODELS.md), so scoring starts at position 1.
+its reference implementation (as measured when the models were pinned), so scoring starts at
+position 1.
 
 Shapes: ``p`` (C, N_T) and ``q`` (C, N_D), float32 (as the models produce them; the calculators
 promote to float64). Files: ``.npz`` holding either the dense arrays or a top-k compression

@@ -147,7 +147,7 @@ def run(cfg: RunConfig, log=print) -> dict:
     big = [n for n in (cfg.timing_sizes or ()) if n > timing.MAX_SIZE] if cfg.timing else []
     if big:  # refused before the models load, not out of memory at the end
         raise InputError(f"timing size {big[0]:,} exceeds {timing.MAX_SIZE:,} (4x the largest "
-                         "vocabulary of MODELS.md)")
+                         "built-in vocabulary, Gemma 3's 262,144)")
     for spec in (cfg.target, cfg.drafter):
         models.check_spec(spec, fetch_missing=cfg.fetch_missing)
     with out_folder(cfg.out):

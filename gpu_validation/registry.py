@@ -1,4 +1,4 @@
-"""The built-in real models: pinned PyPI wheels that carry GGUF files (see MODELS.md).
+"""The built-in real models: pinned PyPI wheels that carry GGUF files (their names, versions and SHA-256 below).
 
 No machine of this project reaches a model hub, but four small causal LMs are published on PyPI
 as wheels holding GGUF files, some split into numbered chunk packages. Each entry below pins the

