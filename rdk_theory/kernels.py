@@ -5,8 +5,11 @@ A kernel is a row-stochastic matrix ``M`` over the target vocabulary (row ``i``:
 
 * ``n``: the vocabulary size ``N_T`` (None for the size-agnostic identity);
 * ``transport(q_prime)``: ``M^T q'`` for ``q'`` of shape (..., N_T) (any other last axis is
-  an InputError), on numpy float64, numpy ``Fraction`` arrays (exact where the kernel's own
-  numbers are; Fractions mixed with a float give float64) or torch tensors;
+  an InputError), on numpy float64 arrays (or lists, integer arrays), torch tensors and, except
+  for :class:`SparseKernel` (float64 entries: it refuses them by name), numpy ``Fraction``
+  arrays (exact where the kernel's own numbers are; Fractions mixed with a float give
+  float64). Input that is not real numbers (complex numbers, strings) is an InputError on
+  every kernel, as numpy would drop an imaginary part or parse a string;
 * ``row_sums()``: for checks.
 
 Any row-stochastic ``M`` keeps the verification step lossless (Theorem L). Provided:
@@ -30,9 +33,9 @@ import numpy as np
 from . import _backend as B
 from ._progress import progress
 from .validation import (KERNEL_ATOL, InputError, as_calibration, as_count, as_prob_array,
-                         as_real_array, check_nonnegative, check_row_stochastic, check_tau,
-                         is_rational_array, known_shape, python_ints, real_number,
-                         rounding_atol)
+                         as_real_array, as_real_tensor, check_nonnegative,
+                         check_row_stochastic, check_tau, is_rational_array, known_shape,
+                         python_ints, real_number, rounding_atol)
 from .vocab import check_vocab_map
 
 
@@ -66,6 +69,36 @@ def check_width(q_prime, n: int, name: str = "q'") -> None:
         got = f"{shape[-1]} on its last axis" if shape else "a scalar"
         raise InputError(f"{name} must hold the kernel's {n} target ids on its last axis, "
                          f"got {got}")
+
+
+def real_input(q_prime, name: str = "q'"):
+    """``q_prime`` as the transports read it, refusing what is not real numbers: a torch
+    tensor of real numbers (integer and bool tensors as float64; a complex one refused), a
+    numpy array of a real dtype as given, an object array (or list) of real numbers as an
+    object array (the exact tier when they are Fractions and ints: each kernel then reads it
+    as before), anything else as :func:`rdk_theory.validation.as_real_array` reads it (a list
+    of floats: float64; complex numbers, strings, other objects: InputError naming ``name``)."""
+    if B.is_torch(q_prime):
+        return as_real_tensor(q_prime, name)
+    if isinstance(q_prime, np.ndarray) and q_prime.dtype.kind in "biuf":
+        return q_prime
+    try:
+        arr = np.asarray(q_prime)
+    except (TypeError, ValueError):
+        raise InputError(f"{name} is not a numeric array (a ragged sequence?)") from None
+    if arr.dtype == object and all(isinstance(v, numbers.Real) for v in arr.flat):
+        return arr
+    return as_real_array(arr, name)
+
+
+def _check_rows_carry_mass(sums: np.ndarray, name: str) -> None:
+    """InputError for a float row whose sum is not > 0: whatever tolerance accepted it (a
+    caller's ``atol >= 1`` accepts an all-zero row), dividing it by its sum gives NaN."""
+    bad = ~(sums > 0)
+    if np.any(bad):
+        i = int(np.argmax(bad))
+        raise InputError(f"{name} is not row-stochastic: row {i} sums to {sums[i]}, and a row "
+                         "must sum to more than 0 to be renormalised, whatever atol")
 
 
 def settled(out):
@@ -104,10 +137,11 @@ def _off_one(sums: np.ndarray, n: int) -> np.ndarray:
 
 def _rows_renormalised(m: np.ndarray, sums: np.ndarray, *, owned: bool) -> np.ndarray:
     """``m`` with each row that misses 1 beyond round-off (:func:`_off_one`) divided by its sum
-    ``sums`` (validated within tolerance of 1, so never 0). A kernel accepted within
-    ``KERNEL_ATOL`` of row-stochastic would otherwise create or lose mass ``sum - 1`` per row:
-    its proposal would sum to ``1 +- 1e-6`` and its acceptance be off by as much. In place when
-    ``m`` is the kernel's own array (``owned``); else a new array, the caller's left as it was."""
+    ``sums`` (validated within tolerance of 1 and > 0, :func:`_check_rows_carry_mass`). A
+    kernel accepted within ``KERNEL_ATOL`` of row-stochastic would otherwise create or lose
+    mass ``sum - 1`` per row: its proposal would sum to ``1 +- 1e-6`` and its acceptance be off
+    by as much. In place when ``m`` is the kernel's own array (``owned``); else a new array,
+    the caller's left as it was."""
     off = _off_one(sums, m.shape[1])
     if not off.any():
         return m
@@ -170,6 +204,7 @@ class DenseKernel:
             check_row_stochastic(sums, name, rounding_atol(matrix, KERNEL_ATOL)
                                  if atol is None else atol)
             if not exact:
+                _check_rows_carry_mass(sums, name)
                 m = _rows_renormalised(m, sums, owned=not shared)
         self.matrix = m
         self.n = int(m.shape[0])
@@ -177,7 +212,7 @@ class DenseKernel:
 
     def transport(self, q_prime):
         check_width(q_prime, self.n)
-        q_prime = B.floating(q_prime)
+        q_prime = real_input(q_prime)
         if B.is_torch(q_prime):
             return q_prime @ self._torch.get("m", self.matrix, q_prime)
         return settled(q_prime @ self.matrix)
@@ -187,8 +222,11 @@ class DenseKernel:
 
 
 class SparseKernel:
-    """A ``scipy.sparse`` row-stochastic matrix (N_T, N_T), held as its own float64 CSR copy;
-    rows are checked and renormalised as :class:`DenseKernel`'s."""
+    """A ``scipy.sparse`` row-stochastic matrix (N_T, N_T), held as its own float64 CSR copy
+    in canonical form (duplicate stored entries summed, explicit zeros dropped, before any
+    check: a non-canonical CSR is the same matrix as the COO it came from); rows are checked
+    and renormalised as :class:`DenseKernel`'s. Its transport takes float and torch input, not
+    exact ``Fraction`` arrays (its entries are float64)."""
 
     def __init__(self, matrix, *, check: bool = True, name: str = "kernel"):
         import scipy.sparse as sp
@@ -199,12 +237,15 @@ class SparseKernel:
             raise InputError(f"{name} must hold real numbers, got dtype {matrix.dtype}")
         # a copy: later edits of the caller's matrix cannot bypass the checks below
         m = sp.csr_matrix(matrix, dtype=np.float64, copy=True)
+        m.sum_duplicates()  # an entry stored twice is its sum, as scipy reads the matrix
+        m.eliminate_zeros()
         if m.shape[0] != m.shape[1]:
             raise InputError(f"{name} must be square, got shape {m.shape}")
         if check:
             check_nonnegative(m.data, name)
             sums = np.asarray(m.sum(axis=1)).ravel()
             check_row_stochastic(sums, name, rounding_atol(matrix, KERNEL_ATOL))
+            _check_rows_carry_mass(sums, name)
             off = _off_one(sums, m.shape[1])
             if off.any():  # scale the stored entries of those rows (a row's nonzeros are
                 # data[indptr[i]:indptr[i + 1]]); the other rows are multiplied by 1, exactly
@@ -216,7 +257,7 @@ class SparseKernel:
 
     def transport(self, q_prime):
         check_width(q_prime, self.n)
-        q_prime = B.floating(q_prime)
+        q_prime = real_input(q_prime)
         if B.is_torch(q_prime):
             import torch
 
@@ -233,7 +274,6 @@ class SparseKernel:
             raise InputError("a scipy.sparse kernel holds float64 entries and cannot transport "
                              "exact Fraction input: use a DenseKernel of Fractions (an object "
                              "array) for the exact tier")
-        q_prime = np.asarray(q_prime)  # a list too (it has no .shape)
         flat = q_prime.reshape(-1, self.n)
         return np.asarray((self.matrix_t @ flat.T).T).reshape(q_prime.shape)
 
@@ -305,11 +345,10 @@ class MarginalKernel:
     def transport(self, q_prime):
         check_width(q_prime, self.n)
         lam = self.lam
-        q_prime = B.floating(q_prime)
+        q_prime = real_input(q_prime)  # a list as an array (a float times a list: TypeError)
         if B.is_torch(q_prime):  # torch takes no Fraction: lam as a float
             w, lam = self._torch.get("w", self.w, q_prime), float(lam)
             return (1 - lam) * q_prime + lam * B.total(q_prime, keepdims=True) * w
-        q_prime = np.asarray(q_prime)  # a list too (a float times a list is a TypeError)
         return settled((1 - lam) * q_prime + lam * B.total(q_prime, keepdims=True) * self.w)
 
     def row_sums(self):
@@ -322,8 +361,9 @@ class MarginalKernel:
 def calibration_covariance(calibration_probs):
     """Population covariance ``Omega = (1/S) sum_c (p_c - mu)(p_c - mu)^T``, (N_T, N_T).
 
-    Rows of ``Omega`` sum to 0 because each ``p_c`` sums to 1. Computed in float64 on the
-    host; a torch input gets a float64 tensor back on its device.
+    Rows of ``Omega`` sum to 0 because each ``p_c`` sums to 1. Computed on the host: in
+    float64 for float rows, exactly for ``Fraction`` rows (an object array of Fractions comes
+    back); a torch input gets a float64 tensor back on its device.
     """
     cal = as_calibration(calibration_probs)
     c = centred_rows(cal)
@@ -410,6 +450,7 @@ class CovarianceSoftmaxKernel:
 
     def transport(self, q_prime):
         check_width(q_prime, self.n)
+        q_prime = real_input(q_prime)
         if B.is_torch(q_prime):
             import torch
 
@@ -488,11 +529,21 @@ def covariance_affinity(calibration_probs):
 
 
 def cosine_affinity(embeddings):
-    """Callable ``rows -> cos(e_rows, e_all)`` for embedding rows (e.g. the target LM head)."""
+    """Callable ``rows -> cos(e_rows, e_all)`` for embedding rows (e.g. the target LM head).
+
+    Each row is divided by its largest absolute entry before its norm is taken, so that rows of
+    any finite scale (1e200 or 1e-200, whose squares overflow or underflow float64) give their
+    cosines; an all-zero row has cosine 0 with every row, itself included."""
     e = as_real_array(embeddings, "embeddings")
     if e.ndim != 2:
         raise InputError(f"embeddings must be (N, d), one row per token, got shape {e.shape}")
-    e = e / np.maximum(np.linalg.norm(e, axis=1, keepdims=True), 1e-300)
+    if not np.all(np.isfinite(e)):
+        idx = tuple(int(i) for i in np.argwhere(~np.isfinite(e))[0])
+        raise InputError(f"embeddings has a non-finite value {e[idx]} at index {idx}")
+    scale = np.abs(e).max(axis=1, keepdims=True, initial=0.0)
+    zero = scale == 0  # an all-zero row stays all zeros: cosine 0 with every row
+    e = e / np.where(zero, 1.0, scale)  # largest entry +-1: the norm is in [1, sqrt(d)]
+    e /= np.where(zero, 1.0, np.linalg.norm(e, axis=1, keepdims=True))
     return lambda rows: e[rows] @ e.T
 
 
@@ -505,6 +556,9 @@ def sparse_topk_kernel(affinity, k: int, tau: float = 1.0, *, n: int | None = No
         (see :func:`covariance_affinity`, :func:`cosine_affinity`), with ``n`` given.
       k: entries kept per row (the diagonal is always kept so that ``M = I`` is reachable).
       tau: softmax temperature over the kept entries.
+      n: the vocabulary size, required with a callable; with a dense affinity it may be
+        given and must then equal the affinity's size.
+      block: rows of affinity formed at a time (an integer >= 1).
     Memory O(N k + block N).
     """
     import scipy.sparse as sp
@@ -512,23 +566,33 @@ def sparse_topk_kernel(affinity, k: int, tau: float = 1.0, *, n: int | None = No
     if callable(affinity):
         if n is None:
             raise InputError("n is required when affinity is a callable")
+        n = as_count(n, "n", 1)
         rows_of = affinity
     else:
         a = as_real_array(affinity, "affinity")
         if a.ndim != 2 or a.shape[0] != a.shape[1]:
             raise InputError(f"affinity must be square, got shape {a.shape}")
+        if n is not None and as_count(n, "n", 1) != a.shape[0]:
+            raise InputError(f"n = {n!r} disagrees with the ({a.shape[0]}, {a.shape[1]}) "
+                             "affinity: leave n out with a dense affinity, or give its size")
         n = a.shape[0]
         rows_of = lambda rows: a[rows]  # noqa: E731
     k = as_count(k, "k", 1)
     if k > n:
         raise InputError(f"k must be in [1, {n}], got {k}")
     tau = check_tau(tau)
+    block = as_count(block, "block", 1)
     indptr = np.arange(0, n * k + 1, k)
-    indices = np.empty(n * k, dtype=np.int64)
-    data = np.empty(n * k)
+    # zeros, not np.empty: the matrix below skips scipy's checks (check=False), so no path may
+    # hand it uninitialised column ids (a block of -1 once filled none: a segfault)
+    indices = np.zeros(n * k, dtype=np.int64)
+    data = np.zeros(n * k)
     for start in range(0, n, block):
         rows = np.arange(start, min(n, start + block))
         blk = np.array(B.to_numpy(rows_of(rows)), dtype=np.float64)
+        if blk.shape != (rows.size, n):  # wider rows would put column ids >= n in the matrix
+            raise InputError(f"affinity(rows) must return a (len(rows), {n}) block, got shape "
+                             f"{blk.shape} for rows {rows[0]}..{rows[-1]}")
         if not np.all(np.isfinite(blk)):
             raise InputError(f"affinity has a non-finite value in rows {rows[0]}..{rows[-1]}")
         ar = np.arange(rows.size)

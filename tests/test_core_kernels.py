@@ -306,3 +306,130 @@ def test_covariance_softmax_kernel_where_omega_over_tau_overflows_exp():
     assert np.array_equal(rt.covariance_softmax_kernel(cal, 1e-4).matrix, np.eye(2))
     got = rt.CovarianceSoftmaxKernel(cal, 1e-4).transport(np.array([0.3, 0.7]))
     assert np.array_equal(got, [0.3, 0.7])
+
+
+@pytest.mark.parametrize("block", [-1, 0, 2.5, "8", None])
+def test_sparse_topk_refuses_a_block_that_is_not_a_positive_integer(block):
+    """block=-1 made range(0, n, block) empty: the column ids, from np.empty, were never
+    written and went to scipy unchecked (check=False), a segfault; block=0 was range()'s raw
+    ValueError and block=2.5 its TypeError."""
+    with pytest.raises(rt.InputError, match="block must be an integer >= 1"):
+        rt.sparse_topk_kernel(np.eye(6), 2, block=block)
+    assert rt.sparse_topk_kernel(np.eye(6), 2, block=4.0).matrix.nnz == 12  # a whole float
+
+
+def test_sparse_topk_checks_n_and_the_blocks_a_callable_returns():
+    """A callable's n = 2.5 was numpy's TypeError; an n beside a dense affinity of another size
+    was silently ignored; a callable returning wider rows put column ids >= n into a matrix
+    that skips scipy's checks."""
+    a = np.random.default_rng(3).normal(size=(6, 6))
+    with pytest.raises(rt.InputError, match="n must be an integer >= 1, got 2.5"):
+        rt.sparse_topk_kernel(lambda rows: a[rows], 2, n=2.5)
+    with pytest.raises(rt.InputError, match=r"n = 5 disagrees with the \(6, 6\) affinity"):
+        rt.sparse_topk_kernel(a, 2, n=5)
+    assert_close(rt.sparse_topk_kernel(a, 2, n=6).matrix.toarray(),
+                 rt.sparse_topk_kernel(a, 2).matrix.toarray())
+    wide = np.hstack([a, a])
+    with pytest.raises(rt.InputError, match=r"must return a \(len\(rows\), 6\) block, got "
+                                            r"shape \(6, 12\)"):
+        rt.sparse_topk_kernel(lambda rows: wide[rows], 2, n=6)
+
+
+@pytest.mark.parametrize("atol", [1.0, 5.0])
+def test_a_kernel_row_without_mass_is_refused_whatever_atol(atol):
+    """atol >= 1 accepted an all-zero row, whose sum is within 1 of 1; dividing it by its
+    sum then made the row, and every transport through it, NaN."""
+    m = np.array([[0.0, 0.0], [0.0, 1.0]])
+    with pytest.raises(rt.InputError, match=r"row 0 sums to 0.0, and a row must sum to more "
+                                            r"than 0"):
+        rt.DenseKernel(m, atol=atol)
+    loose = rt.DenseKernel(np.array([[0.25, 0.25], [0.0, 1.0]]), atol=atol)  # still accepted
+    assert_close(loose.matrix, [[0.5, 0.5], [0.0, 1.0]])
+
+
+def test_a_sparse_kernel_with_duplicate_entries_is_the_matrix_scipy_reads():
+    """A non-canonical CSR (or CSC) storing (0, 0) as -0.5 + 1.0 was checked entry by entry
+    and refused as negative, while the same matrix given as COO (whose conversion sums the
+    duplicates) was accepted: the duplicates are now summed before any check."""
+    data, rows, cols = (np.array([-0.5, 1.0, 0.5, 1.0]), np.array([0, 0, 0, 1]),
+                        np.array([0, 0, 1, 1]))
+    coo = sp.coo_matrix((data, (rows, cols)), shape=(2, 2))
+    csr = sp.csr_matrix((data, cols, np.array([0, 3, 4])), shape=(2, 2))
+    csc = sp.csc_matrix((data, rows, np.array([0, 2, 4])), shape=(2, 2))
+    want = np.array([[0.5, 0.5], [0.0, 1.0]])
+    q = np.array([0.3, 0.7])
+    for given in (coo, csr, csc):
+        assert np.array_equal(given.toarray(), want)
+        k = rt.SparseKernel(given)
+        assert np.array_equal(k.matrix.toarray(), want)
+        assert_close(k.transport(q), q @ want)
+    with pytest.raises(rt.InputError, match="negative"):  # a negative sum is still refused
+        rt.SparseKernel(sp.csr_matrix((np.array([-0.5, 0.25, 1.0]), np.array([0, 0, 1]),
+                                       np.array([0, 2, 3])), shape=(2, 2)))
+
+
+def _kernels_over_3():
+    cal = np.random.default_rng(4).dirichlet(np.ones(3), size=5)
+    m = rt.covariance_softmax_kernel(cal, 0.5).matrix
+    return {"dense": rt.DenseKernel(m), "sparse": rt.SparseKernel(sp.csr_matrix(m)),
+            "covariance": rt.CovarianceSoftmaxKernel(cal, 0.5),
+            "marginal": rt.MarginalKernel(np.array([0.2, 0.3, 0.5]), 0.5)}
+
+
+@pytest.mark.parametrize("name", ["dense", "sparse", "covariance", "marginal"])
+def test_every_kernel_refuses_q_prime_that_is_not_real_numbers(name):
+    """The exact covariance kernel parsed strings ('0.5') and dropped imaginary parts; the
+    dense, sparse and marginal kernels passed complex numbers through to a complex proposal.
+    The first-order kernel already refused both: every kernel now does, by name, and real
+    input (float, integer, list, torch) gives the numbers it gave."""
+    kernel = _kernels_over_3()[name]
+    for bad, what in ((np.array(["0.2", "0.3", "0.5"]), "strings"),
+                      (np.array([0.2 + 1j, 0.3, 0.5]), "complex numbers"),
+                      ([0.2 + 0j, 0.3, 0.5], "complex numbers"),
+                      (np.array([0.2, "x", 0.5], dtype=object), "Python objects")):
+        with pytest.raises(rt.InputError, match=f"q' must hold real numbers, got {what}"):
+            kernel.transport(bad)
+    q = np.array([0.2, 0.3, 0.5])
+    dense = kernel.dense() if name == "marginal" else (
+        kernel.rows(np.arange(3)) if name == "covariance" else
+        kernel.matrix.toarray() if name == "sparse" else kernel.matrix)
+    assert_close(kernel.transport(q), q @ dense)
+    assert_close(kernel.transport(q.tolist()), q @ dense)
+    assert_close(kernel.transport(np.array([0, 1, 0])), dense[1])
+    torch = pytest.importorskip("torch")
+    got = kernel.transport(torch.tensor(q))
+    assert torch.is_tensor(got) and got.dtype == torch.float64
+    assert_close(got.numpy(), q @ dense)
+    with pytest.raises(rt.InputError, match="q' must hold real numbers, got torch.complex128"):
+        kernel.transport(torch.tensor([0.2 + 1j, 0.3, 0.5], dtype=torch.complex128))
+
+
+def test_exact_q_prime_stays_exact_through_the_dense_and_marginal_kernels():
+    """The real-number check must leave the exact tier as it was: Fractions in, Fractions out
+    (and Fractions mixed with a float: float64)."""
+    F = Fraction
+    m = np.array([[F(1, 2), F(1, 2)], [F(0), F(1)]], dtype=object)
+    q = np.array([F(1, 3), F(2, 3)], dtype=object)
+    assert rt.DenseKernel(m).transport(q).tolist() == [F(1, 6), F(5, 6)]
+    mixed = rt.DenseKernel(m).transport(np.array([F(1, 3), 2 / 3], dtype=object))
+    assert mixed.dtype == np.float64
+    assert_close(mixed, [1 / 6, 5 / 6])
+    mk = rt.MarginalKernel(np.array([F(1, 2), F(1, 2)], dtype=object), F(1, 2))
+    assert mk.transport(q).tolist() == [F(5, 12), F(7, 12)]
+
+
+def test_cosine_affinity_at_extreme_scales_and_for_a_zero_row():
+    """The norm was taken of the raw rows: rows near 1e160 overflowed (inf norms, cosines 0)
+    and rows near 1e-170 underflowed (norm floored at 1e-300, cosines ~1e-40 or 1e260 ...).
+    Each row is now scaled by its largest entry first; an all-zero row keeps cosine 0."""
+    e = np.array([[1.0, 0.0], [1.0, 1.0], [0.0, 1.0]])
+    want = rt.cosine_affinity(e)(np.arange(3))
+    assert_close(np.diag(want), 1.0)
+    for s in (1e160, 1e-170, 1e300, 5e-324):
+        assert_close(rt.cosine_affinity(e * s)(np.arange(3)), want, err_msg=f"scale {s:g}")
+    mixed = np.vstack([e[:1] * 1e200, e[1:2] * 1e-200, e[2:] * 1e-310, np.zeros((1, 2))])
+    got = rt.cosine_affinity(mixed)(np.arange(4))
+    assert_close(got[:3, :3], want)
+    assert np.array_equal(got[3], np.zeros(4)) and np.array_equal(got[:, 3], np.zeros(4))
+    with pytest.raises(rt.InputError, match="embeddings has a non-finite value"):
+        rt.cosine_affinity(np.array([[1.0, np.nan], [0.0, 1.0]]))
