@@ -133,6 +133,10 @@ class FirstOrderCovarianceKernel:
         self._engine, self.threads = engine, threads
         c = np.ascontiguousarray(factor, dtype=np.float64)
         if factor_dtype == "float32":
+            if not float(np.abs(c).max(initial=0.0)) < float(np.finfo(np.float32).max):
+                raise InputError(f"the factor's largest entry {float(np.abs(c).max()):g} is "
+                                 "beyond float32's range (3.4e38): factor_dtype='float32' "
+                                 "cannot store it; use factor_dtype='float64'")
             stored = c.astype(np.float32)
             shift = stored.sum(axis=1, dtype=np.float64) / c.shape[1]
             c = stored.astype(np.float64) - shift[:, None]

@@ -410,3 +410,16 @@ def test_lists_are_read_as_float64_and_complex_input_is_refused(engine):
     assert_close(got[1], want[1])
     with pytest.raises(rt.InputError, match="q_prime must hold real numbers"):
         k.transport(q[0] + 0j)
+
+
+def test_a_factor_beyond_float32_range_is_named_as_such():
+    """A factor entry of 1e39 with factor_dtype='float32' overflowed the cast (RuntimeWarnings)
+    and was then refused as 'Omega / tau overflows', at a tau where float64 holds it."""
+    import warnings
+
+    factor = np.array([[1e39, -1e39], [0.0, 0.0]])
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        with pytest.raises(rt.InputError, match="beyond float32's range"):
+            rt.FirstOrderCovarianceKernel.from_factor(factor, 1e90, factor_dtype="float32")
+        assert rt.FirstOrderCovarianceKernel.from_factor(factor, 1e90).factor_dtype == "float64"
