@@ -14,7 +14,9 @@
   static RDK kernel can reach on that data. Dense LP with ``N_T^2 + C N_T`` variables: small
   vocabularies only (``N_T <= MAX_LP_VOCAB``).
 
-Inputs are float64 numpy arrays: ``p`` (C, N_T), ``q'`` (C, N_T) the TLI proposals. Apart from
+Inputs are float64 numpy arrays: ``p`` (C, N_T), ``q'`` (C, N_T) the TLI proposals
+(:func:`oov_cap`, :func:`tv_upper_bound` and :func:`expected_tokens_per_call` stay exact on
+Fractions; the mixing search and the LP read them as float64). Apart from
 :func:`oov_cap` (the core calculator, which stays on a tensor's device), these are host-side
 reference maths: a torch tensor, on any device, is copied to the host as numpy (floating
 point as float64, :func:`rdk_theory.validation.host`) and the results are numpy.
@@ -40,16 +42,20 @@ def tv_upper_bound(target_probs, proposal):
     """``1 - TV(p, r / r(T))`` per context: the acceptance of the normalised proposal.
 
     For a normalised ``r`` this *equals* ``alpha(p, r)`` (statement A); for a sub-stochastic
-    ``r``, ``alpha(p, r) <= 1 - TV(p, r / r(T))`` is an upper bound. ``r = 0`` gives 0.
+    ``r``, ``alpha(p, r) <= 1 - TV(p, r / r(T))`` is an upper bound. ``r = 0`` gives 0. Exact on
+    ``Fraction`` inputs (``1 - TV`` in Fractions; Fractions mixed with floats give float64).
     """
     p = host_prob_array(target_probs, "target_probs")
     r = host_prob_array(proposal, "proposal", allow_sub_stochastic=True)
     if p.shape != r.shape:
         raise InputError(f"target_probs and proposal must have one shape, got {p.shape}, {r.shape}")
+    if (p.dtype == object) != (r.dtype == object):  # Fractions with floats: floats
+        p, r = p.astype(np.float64), r.astype(np.float64)
     mass = r.sum(axis=-1, keepdims=True)
-    rn = np.where(mass > 0, r / np.where(mass > 0, mass, 1.0), 0.0)
-    out = 1.0 - total_variation(p, rn, check=False)
-    return np.where(mass[..., 0] > 0, out, 0.0)
+    has = mass > 0
+    rn = r / np.where(has, mass, 1)  # r = 0 where its mass is 0: stays 0 (exact for Fractions)
+    out = 1 - total_variation(p, rn, check=False)  # 1, not 1.0: a Fraction TV stays exact
+    return np.where(has[..., 0], out, 0 * out)[()]
 
 
 def _host_pair(target_probs, tli_proposals):

@@ -26,6 +26,7 @@ A torch tensor, on any device, is checked there and copied to the host as float6
 from __future__ import annotations
 
 import itertools
+import math
 import numbers
 from fractions import Fraction
 
@@ -74,6 +75,95 @@ def _check_k_rho(k, rho):
     return check_rho(rho)
 
 
+#: Largest exact power ``(1 - beta)^k`` (or ``(q(B) + q0)^k``) the Fraction tier computes, in
+#: bits: one takes about a second (k = 76,000 for a ~55-bit Fraction, 10^6 for sixths); an
+#: astronomically large ``k`` would run for hours (an InputError instead: use float64 laws).
+MAX_EXACT_POWER_BITS = 1 << 22
+
+
+def _power(base, k: int, what: str):
+    """``base ** k``; for an exact ``base`` (a Fraction) an InputError when the result would
+    exceed ``MAX_EXACT_POWER_BITS`` bits (0, 1 and -1 are free at any ``k``)."""
+    if isinstance(base, numbers.Rational):
+        bits = max(abs(base.numerator).bit_length(), base.denominator.bit_length())
+        if bits > 1 and k * bits > MAX_EXACT_POWER_BITS:
+            raise InputError(f"k = {k} is too large for exact arithmetic: {what}^k would need "
+                             f"~{k * bits} bits (limit {MAX_EXACT_POWER_BITS}); pass float64 laws")
+    return base ** k
+
+
+def _power_bounds(x: Fraction, k: int, prec: int):
+    """Lower and upper bounds ``(m, e)`` (meaning ``m 2^e``) of ``x^k`` for a Fraction
+    ``0 < x <= 2``, with ``prec``-bit mantissas rounded down and up: relative error about
+    ``2 log2(k) 2^-prec``, whatever ``k`` (repeated squaring, no number grows past ``2 prec``
+    bits)."""
+    n, d = x.numerator, x.denominator
+    shift = prec + d.bit_length() - n.bit_length()
+    num, den = (n << shift, d) if shift >= 0 else (n, d << -shift)
+    out = []
+    for up in (False, True):
+        base = (-(-num // den) if up else num // den, -shift)
+        acc, left = (1, 0), k
+        while left:
+            if left & 1:
+                acc = _round_product(acc, base, prec, up)
+            left >>= 1
+            if left:
+                base = _round_product(base, base, prec, up)
+        out.append(acc)
+    return out
+
+
+def _round_product(a, b, prec: int, up: bool):
+    m, e = a[0] * b[0], a[1] + b[1]
+    extra = m.bit_length() - prec
+    if extra > 0:
+        m = -(-m >> extra) if up else m >> extra
+        e += extra
+    return m, e
+
+
+def _compare(me, c: Fraction) -> int:
+    """The sign of ``m 2^e - c`` for ``m > 0`` and a Fraction ``c > 0``, exactly."""
+    m, e = me
+    a, b = c.numerator, c.denominator
+    top = m.bit_length() + b.bit_length() + e  # m b 2^e lies in [2^(top - 2), 2^top)
+    if top <= a.bit_length() - 1:
+        return -1
+    if top - 2 >= a.bit_length():
+        return 1
+    left, right = (m * b << e, a) if e >= 0 else (m * b, a << -e)
+    return (left > right) - (left < right)
+
+
+def _power_at_least(x: Fraction, k: int, c: Fraction):
+    """Whether ``x^k >= c``, exactly, for Fractions with ``|x| <= 2`` and any ``k >= 1``: by
+    interval bounds of growing precision, then (on a near-tie that ``MAX_EXACT_POWER_BITS``
+    affords) by the exact power. None only for a tie closer than 2^-32768 relative whose exact
+    power is unaffordable."""
+    negative = x < 0 and k % 2 == 1  # x^k = -|x|^k
+    if x == 0 or (c <= 0 and not negative):
+        return c <= 0
+    if negative and c >= 0:
+        return False
+    target = -c if negative else c  # |x|^k <= target when negative, else |x|^k >= target
+    for prec in (128, 1024, 8192, 32768):
+        lo, hi = _power_bounds(abs(x), k, prec)
+        if negative:
+            if _compare(hi, target) <= 0:
+                return True
+            if _compare(lo, target) > 0:
+                return False
+        elif _compare(lo, target) >= 0:
+            return True
+        elif _compare(hi, target) < 0:
+            return False
+    bits = max(abs(x.numerator).bit_length(), x.denominator.bit_length())
+    if k * bits <= MAX_EXACT_POWER_BITS:
+        return x ** k >= c
+    return None  # pragma: no cover - a tie to 32768 bits
+
+
 def beta(target_probs, draft_probs, rho):
     """``beta(rho) = sum_x min(q(x), p(x) / rho)``: the acceptance probability of one draft."""
     p, q = _pq(target_probs, draft_probs)
@@ -94,7 +184,8 @@ def kseq_is_valid(target_probs, draft_probs, rho, k: int, *, strict: bool = Fals
     support of ``q``, which is also right at ``rho = inf``) and compared with a relative slack of
     ``VALIDITY_RTOL``. ``strict=True`` demands that margin instead of granting it: a float
     ``rho`` that passes then satisfies the condition in exact arithmetic too (for the float
-    ``p`` and ``q`` as given), which is what :func:`kseq_best_rho` searches with.
+    ``p`` and ``q`` as given). The exact check decides ``(1 - beta)^k`` against ``1 - rhs`` by
+    interval bounds, so any ``k`` (up to 2^63 - 1) is cheap.
     """
     k, rho = _drafts(k), _check_k_rho(k, rho)
     p, q = _pq(target_probs, draft_probs)
@@ -103,7 +194,10 @@ def kseq_is_valid(target_probs, draft_probs, rho, k: int, *, strict: bool = Fals
     with np.errstate(invalid="ignore"):  # inf * 0 off the support of q, dropped by the where
         rhs = np.where(q > 0, np.minimum(rho * q, p), 0 * p).sum()
     if isinstance(b, Fraction) and isinstance(rhs, Fraction):
-        return bool(1 - (1 - b) ** k <= rhs)
+        holds = _power_at_least(1 - b, k, 1 - rhs)  # 1 - (1 - b)^k <= rhs, at any k
+        if holds is None:  # pragma: no cover - a tie to 32768 bits
+            raise InputError(f"k = {k} is too large to decide this rho's validity exactly")
+        return holds
     lhs = -np.expm1(k * np.log1p(-float(b))) if b < 1 else 1.0
     rhs = float(rhs)
     return bool(lhs <= rhs + (-1 if strict else 1) * VALIDITY_RTOL * max(lhs, rhs))
@@ -112,7 +206,7 @@ def kseq_is_valid(target_probs, draft_probs, rho, k: int, *, strict: bool = Fals
 def kseq_acceptance(target_probs, draft_probs, rho, k: int):
     """``1 - (1 - beta(rho))^k``: the probability that one of the ``k`` drafts is accepted."""
     rho = _check_k_rho(k, rho)
-    return 1 - (1 - beta(target_probs, draft_probs, rho)) ** int(k)
+    return 1 - _power(1 - beta(target_probs, draft_probs, rho), int(k), "(1 - beta)")
 
 
 def kseq_accept_law(target_probs, draft_probs, rho, k: int):
@@ -126,7 +220,7 @@ def kseq_accept_law(target_probs, draft_probs, rho, k: int):
     b = m.sum()
     if b == 0:
         return m * 0
-    return m * ((1 - (1 - b) ** int(k)) / b)
+    return m * ((1 - _power(1 - b, int(k), "(1 - beta)")) / b)
 
 
 def kseq_output_law(target_probs, draft_probs, rho, k: int):
@@ -147,32 +241,80 @@ def kseq_output_law(target_probs, draft_probs, rho, k: int):
     return a + rest * excess / total
 
 
+#: :func:`kseq_best_rho`: a float law whose exact sum is within this of 1 is read as the law it
+#: rounds (divided by its exact sum). Without it, a float ``p`` summing to ``1 - 1e-16`` would
+#: need ``(1 - beta)^k >= 1e-16`` (the accepted mass may not exceed ``p``'s), pushing ``rho*``
+#: from 1.02 to 1.16 at k = 16; within the float check's slack ``VALIDITY_RTOL``.
+LAW_SUM_ROUNDOFF = 1e-12
+
+
+def _exact_validity(p: np.ndarray, q: np.ndarray, k: int):
+    """``valid(rho)``: the validity condition at a float ``rho``, decided exactly (True, False,
+    or None for an undecidable tie, see :func:`_power_at_least`) for the laws ``P``, ``Q`` that
+    the float64 ``p`` and ``q`` are: each the rationals it holds, divided by their exact sum
+    when that is within ``LAW_SUM_ROUNDOFF`` of 1. Every float is an integer over a power of
+    two, so ``p = ints_p / s_p`` and ``q = ints_q / s_q`` (Python ints) and ``rho = m / d``;
+    then ``rho beta(rho) = T / (d s_p s_q)``, ``T = d s_q sum_A ints_p + m s_p sum_{not A}
+    ints_q`` over ``A = {p / rho < q}``, in exact integer sums (a float comparison orders all
+    but the entries within round-off of ``p = rho q``, which are ordered in integers). Cost
+    per call: O(N) numpy and int additions, plus :func:`_power_at_least` (independent of N,
+    polylogarithmic in k)."""
+    ratios = [float(v).as_integer_ratio() for v in np.concatenate([p, q])]
+    e = max(den.bit_length() for _, den in ratios) - 1
+    ints = np.array([num << (e - den.bit_length() + 1) for num, den in ratios], dtype=object)
+    big_p, big_q = ints[:p.size], ints[p.size:]
+    s_p, s_q = (int(x.sum()) if abs(Fraction(int(x.sum()), 1 << e) - 1) <= LAW_SUM_ROUNDOFF
+                else 1 << e for x in (big_p, big_q))
+    band, tiny = 4 * (LAW_SUM_ROUNDOFF + np.finfo(np.float64).eps), np.finfo(np.float64).tiny
+
+    def valid(rho: float):
+        m, d = rho.as_integer_ratio()
+        prod = rho * q
+        below = p < prod  # p / rho < q: min(q, p / rho) = p / rho
+        for i in np.flatnonzero(np.abs(p - prod) <= band * prod + tiny):
+            below[i] = big_p[i] * d * s_q < m * big_q[i] * s_p
+        t = d * s_q * big_p[below].sum() + m * s_p * big_q[~below].sum()
+        return _power_at_least(Fraction(m * s_p * s_q - t, m * s_p * s_q), k,
+                               Fraction(d * s_p * s_q - t, d * s_p * s_q))
+    return valid
+
+
 def kseq_best_rho(target_probs, draft_probs, k: int, *, tol: float = 1e-12) -> float:
     """Smallest valid ``rho`` in ``[1, k]`` by bisection (acceptance decreases in ``rho``).
 
     The condition ``g(rho) = rho beta(rho) - 1 + (1 - beta(rho))^k >= 0`` is monotone
     non-decreasing in ``rho`` and holds at ``rho = k`` (since ``1 - (1 - b)^k <= k b``). The
-    bisection (float64; ``tol`` finite and > 0) searches with ``kseq_is_valid(...,
-    strict=True)``, so the ``rho`` it returns is valid in exact arithmetic too, not only within
-    float round-off: it is within ``tol`` of the smallest ``rho`` that passes the strict check,
-    which lies above the exact ``rho*`` by the margin ``VALIDITY_RTOL`` over the slope of ``g``
-    (1e-12 to 1e-8 in practice). ``rho = 1`` is returned when ``k = 1`` or ``p == q`` (the
-    condition then holds with equality) or when it passes the strict check. It stops early
-    when the interval holds no float between its ends (below ``tol`` once ``rho*`` is large).
+    bisection (over float64 ``rho``; ``tol`` finite and > 0) decides each step *exactly*
+    (:func:`_exact_validity`), for the laws ``P``, ``Q`` that the float64 ``p`` and ``q`` are:
+    the rationals they hold, each divided by its exact sum when that is within
+    ``LAW_SUM_ROUNDOFF`` of 1 (a float law rarely sums to 1 exactly). No slack, so the ``rho``
+    returned is valid in exact arithmetic (``kseq_is_valid(P, Q, Fraction(rho), k)``) and
+    lies above their exact ``rho*`` by less than ``max(tol, ulp(rho))``: it stops when the
+    interval is ``tol`` wide or holds no float between its ends. (The float test with a
+    relative slack of 1e-12 that it replaces cannot see ``g`` where ``(1 - beta)^k`` is below
+    the slack, and overshot ``rho*`` by up to 10% at high acceptance.) Cost: O(N) integer work
+    per step, about ``log2(k / tol)`` steps, any ``k``. ``rho = 1`` is returned when ``k = 1``
+    or when it is valid (``p == q`` as laws; not a ``p == q`` summing to ``1 - 1e-4``, which
+    the tolerance of a law admits: its exact ``rho*`` is above 1).
     """
     p, q = _pq(target_probs, draft_probs)
     p, q = p.astype(np.float64), q.astype(np.float64)
     k = _drafts(k)
     if not (isinstance(tol, numbers.Real) and not isinstance(tol, bool) and 0 < tol < np.inf):
         raise InputError(f"tol must be a finite real number > 0, got {tol!r}")
-    if k == 1 or np.array_equal(p, q) or kseq_is_valid(p, q, 1.0, k, strict=True):
+    if k == 1:  # 1 - (1 - beta) <= beta, with equality
+        return 1.0
+    valid = _exact_validity(p, q, k)
+    if valid(1.0):
         return 1.0
     lo, hi = 1.0, float(k)
+    if hi < k:  # k above 2^53 rounded down: the float above it
+        hi = math.nextafter(hi, math.inf)
     while hi - lo > tol:
         mid = 0.5 * (lo + hi)
         if not lo < mid < hi:  # adjacent floats: nothing left to halve
             break
-        if kseq_is_valid(p, q, mid, k, strict=True):
+        if valid(mid):  # None (a tie to 32768 bits) counts as invalid: hi stays valid
             hi = mid
         else:
             lo = mid
@@ -181,6 +323,8 @@ def kseq_best_rho(target_probs, draft_probs, k: int, *, tol: float = 1e-12) -> f
 
 #: :func:`optimal_acceptance_lp`: a draft law missing at most this much mass is normalised.
 LP_MASS_ROUNDOFF = 1e-12
+#: :func:`optimal_acceptance_lp`: most draft tuples it enumerates (and most drafts ``k``).
+LP_MAX_TUPLES = 100_000
 
 
 def optimal_acceptance_lp(target_probs, draft_probs, k: int) -> float:
@@ -206,8 +350,12 @@ def optimal_acceptance_lp(target_probs, draft_probs, k: int) -> float:
     q0 = 1.0 - float(q.sum())
     drafts = [(int(i), float(q[i])) for i in np.flatnonzero(q > 0)]
     drafts += [(-1, q0)] if q0 > LP_MASS_ROUNDOFF else []
-    if len(drafts) ** k > 100_000:
-        raise InputError(f"LP too large: {len(drafts)}^{k} draft tuples")
+    n = len(drafts)
+    if k > LP_MAX_TUPLES:  # even one draft: a k-tuple per product term
+        raise InputError(f"LP too large: k = {k} drafts (at most {LP_MAX_TUPLES})")
+    # k log n first: n ** k for k = 2^62 would never finish
+    if n > 1 and (k * math.log(n) > math.log(LP_MAX_TUPLES) + 1 or n ** k > LP_MAX_TUPLES):
+        raise InputError(f"LP too large: {n}^{k} draft tuples (at most {LP_MAX_TUPLES})")
     mass: dict[frozenset, float] = {}
     for tup in itertools.product(drafts, repeat=k):
         u = frozenset(i for i, _ in tup if i >= 0)
@@ -248,7 +396,7 @@ def optimal_acceptance_cut(target_probs, draft_probs, k: int):
         idx = [i for i in range(n) if mask >> i & 1]
         pb = p[idx].sum() if idx else 0 * p[0]
         qb = q[idx].sum() if idx else 0 * q[0]
-        val = pb + 1 - (qb + q0) ** k
+        val = pb + 1 - _power(qb + q0, k, "(q(B) + q0)")
         best = val if best is None or val < best else best
     return best
 
@@ -259,7 +407,8 @@ def one_minus_inv_e() -> float:
 
 
 __all__ = [
-    "LP_MASS_ROUNDOFF", "VALIDITY_RTOL", "beta", "check_rho", "kseq_accept_law", "kseq_acceptance",
-    "kseq_best_rho", "kseq_is_valid", "kseq_output_law", "one_minus_inv_e",
-    "optimal_acceptance_cut", "optimal_acceptance_lp",
+    "LAW_SUM_ROUNDOFF", "LP_MASS_ROUNDOFF", "LP_MAX_TUPLES", "MAX_EXACT_POWER_BITS",
+    "VALIDITY_RTOL", "beta", "check_rho", "kseq_accept_law", "kseq_acceptance", "kseq_best_rho",
+    "kseq_is_valid", "kseq_output_law", "one_minus_inv_e", "optimal_acceptance_cut",
+    "optimal_acceptance_lp",
 ]

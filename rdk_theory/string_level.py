@@ -18,11 +18,13 @@ token completes (or overruns) it. The drafter is a toy model given as a function
 argument). Exponential in ``len(s_t)`` in the worst case: toy tokenizers only. The acceptances
 take arrays shaped ``(..., V)`` and reduce the last axis, broadcasting the leading ones; a torch
 tensor, on any device, is copied to the host as numpy first, floating point as float64.
-Fractions stay exact.
+Fractions stay exact; Fractions mixed with floats (exact ``p``, float ``psi``) give float64.
 """
 from __future__ import annotations
 
 import itertools
+import numbers
+from fractions import Fraction
 from typing import Callable, Mapping, Sequence
 
 import numpy as np
@@ -89,20 +91,32 @@ def _probabilities(values, name: str, *, sums: str | None = "1"):
 
 
 def prefix_probability(string: str, next_token_probs: NextTokenProbs, prefix: tuple = ()):
-    """``P(drafter output starts with string)`` by recursion over the first drafter token.
+    """``P(drafter output starts with string)``, over the drafter's first tokens.
 
-    ``f(s) = sum_{d : s is a prefix of d} P(d) + sum_{d : d is a proper prefix of s} P(d) f(s[len d:])``.
-    Exact on ``Fraction`` probabilities.
+    ``f(s) = sum_{d : s is a prefix of d} P(d) + sum_{d : d is a proper prefix of s} P(d) f(s[len d:])``,
+    unrolled with an explicit stack (one entry per partial segmentation, each carrying its
+    probability), so a string of any length needs no recursion: 1,200 one-character drafter
+    tokens overflowed Python's stack. Exact on ``Fraction`` probabilities (0 is the drafter's
+    own zero: ``Fraction(0)`` for a Fraction drafter that never produces ``string``).
+    ``string`` must be a non-empty str, as a target token in :func:`psi` (InputError
+    otherwise; every output starts with "").
     """
-    total = 0
-    for tok, prob in next_token_probs(prefix).items():
-        if not tok:
-            raise InputError("drafter tokens must be non-empty strings")
-        if tok.startswith(string):
-            total = total + prob
-        elif string.startswith(tok):
-            total = total + prob * prefix_probability(string[len(tok):], next_token_probs, prefix + (tok,))
-    return total
+    if not isinstance(string, str) or not string:
+        raise InputError(f"string must be a non-empty str (a target token), got {string!r}")
+    total = None
+    stack = [(string, tuple(prefix), 1)]
+    while stack:
+        rest, context, weight = stack.pop()
+        for tok, prob in next_token_probs(context).items():
+            if not tok:
+                raise InputError("drafter tokens must be non-empty strings")
+            if total is None:
+                total = 0 * prob  # the drafter's zero: Fraction(0) for Fractions, 0.0 for floats
+            if tok.startswith(rest):
+                total = total + weight * prob
+            elif rest.startswith(tok):
+                stack.append((rest[len(tok):], context + (tok,), weight * prob))
+    return 0 if total is None else total
 
 
 def segmentations(string: str, drafter_tokens: Sequence[str]) -> list[tuple[str, ...]]:
@@ -130,28 +144,33 @@ def psi_by_segmentations(target_tokens: Sequence[str], next_token_probs: NextTok
                          drafter_tokens: Sequence[str]):
     """``psi(t)`` for each target token string by summing over its enumerated segmentations."""
     out = []
-    for s in _token_strings(target_tokens, "target tokens"):
-        total = 0
+    targets = _token_strings(target_tokens, "target tokens")
+    root = next_token_probs(()) if targets else {}
+    zero = 0 * next(iter(root.values()), 0)  # the drafter's zero: Fraction(0) for Fractions
+    for s in targets:
+        total = zero
         for seq in segmentations(s, drafter_tokens):
             prob = 1
             for i, tok in enumerate(seq):
                 prob = prob * next_token_probs(tuple(seq[:i])).get(tok, 0)
             total = total + prob
         out.append(total)
-    return np.array(out, dtype=object if _exact(out) else np.float64)
+    return _psi_array(out)
 
 
 def psi(target_tokens: Sequence[str], next_token_probs: NextTokenProbs):
     """``psi(t) = P(drafter string starts with s_t)`` for each target token (recursive form)."""
     vals = [prefix_probability(s, next_token_probs)
             for s in _token_strings(target_tokens, "target tokens")]
-    return np.array(vals, dtype=object if _exact(vals) else np.float64)
+    return _psi_array(vals)
 
 
-def _exact(vals) -> bool:
-    from fractions import Fraction
-
-    return any(isinstance(v, Fraction) for v in vals)
+def _psi_array(vals) -> np.ndarray:
+    """``psi`` values as an object array when they are exact (Fractions, and ints such as a
+    drafter's int 0), else float64: a drafter mixing Fractions with floats gives floats."""
+    exact = (any(isinstance(v, Fraction) for v in vals)
+             and all(isinstance(v, numbers.Rational) for v in vals))
+    return np.array(vals, dtype=object if exact else np.float64)
 
 
 def _acceptance_inputs(target_probs, psi_values):
@@ -162,6 +181,8 @@ def _acceptance_inputs(target_probs, psi_values):
         raise InputError(f"target_probs and psi must cover the same target tokens (last axis), "
                          f"got shapes {p.shape} and {s.shape}")
     check_broadcast(p.shape[:-1], s.shape[:-1], ("target_probs", "psi"))
+    if (p.dtype == object) != (s.dtype == object):  # Fractions with floats: floats
+        p, s = p.astype(np.float64), s.astype(np.float64)
     return p, s
 
 

@@ -63,7 +63,8 @@ def as_prob_array(x, name: str, *, allow_sub_stochastic: bool = False, atol: flo
         sums = arr.sum(axis=-1)
         for s in np.atleast_1d(sums).reshape(-1):
             if s > 1 or (not allow_sub_stochastic and s != 1):
-                raise InputError(f"{name} must sum to 1 exactly along its last axis, got {s}")
+                want = "at most 1" if allow_sub_stochastic else "1 exactly"
+                raise InputError(f"{name} must sum to {want} along its last axis, got {s}")
         return arr
     atol = rounding_atol(x, atol)  # float16 rows miss 1 by their rounding (as on torch)
     arr = as_real_array(x, name)

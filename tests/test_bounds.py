@@ -172,6 +172,20 @@ def test_tv_upper_bound_of_an_empty_proposal_is_zero():
     assert list(tv_upper_bound(p, r)) == [0.0, 1.0]
 
 
+def test_tv_upper_bound_stays_exact_on_fractions():
+    """Fraction p and r gave float64 (1.0 - TV, and a float 0.0 for an empty proposal): the
+    bound is 1 - TV in Fractions, per row; Fractions mixed with floats give float64."""
+    F = Fraction
+    p = np.array([[F(1, 2), F(1, 2), F(0)], [F(1, 5), F(3, 10), F(1, 2)]], dtype=object)
+    r = np.array([[F(0), F(0), F(0)], [F(1, 10), F(1, 10), F(1, 5)]], dtype=object)
+    out = tv_upper_bound(p, r)  # row 2: r / r(T) = (1/4, 1/4, 1/2), TV = 1/20
+    assert out.tolist() == [F(0), F(19, 20)] and all(isinstance(v, F) for v in out)
+    assert tv_upper_bound(p[1], r[1]) == F(19, 20) and isinstance(tv_upper_bound(p[1], r[1]), F)
+    mixed = tv_upper_bound(p, r.astype(np.float64))
+    assert mixed.dtype == np.float64
+    assert_close(mixed, [0.0, 0.95])
+
+
 @given(case=bound_cases(), data=st.data())
 def test_best_mixing_lambda_is_the_best_breakpoint(case, data):
     """The slope sweep picks the maximum of A over {0, 1, every breakpoint}, each evaluated

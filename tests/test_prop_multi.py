@@ -15,11 +15,12 @@ from rdk_theory.multidraft import (
     one_minus_inv_e, optimal_acceptance_cut, optimal_acceptance_lp,
 )
 from rdk_theory.string_level import (
-    psi, psi_by_segmentations, slem_acceptance, slrs_acceptance, unigram_drafter,
+    prefix_probability, psi, psi_by_segmentations, slem_acceptance, slrs_acceptance,
+    unigram_drafter,
 )
 from rdk_theory.validation import InputError
 from tests.strategies import Law, law_pairs, laws, toy_tokenizers
-from tests.tolerances import BISECTION_ATOL, LP_ATOL, assert_close, assert_leq
+from tests.tolerances import BISECTION_ATOL, FLOAT64_ATOL, LP_ATOL, assert_close, assert_leq
 
 W = Law.from_weights
 alphas = st.lists(st.integers(0, 4).map(lambda k: Fraction(k, 4)), min_size=1, max_size=6)
@@ -156,6 +157,34 @@ def test_K_float_roundoff_does_not_flip_validity():
 
 
 # ------------------------------------------------------------------- review fixes (K, S)
+def float_law(x) -> list:
+    """The law that float64 ``x`` is: its entries as Fractions, divided by their exact sum when
+    that is within FLOAT64_ATOL of 1 (a float law rarely sums to 1 exactly; [0.9, 0.1] sums to
+    1 + 2^-55, which kseq_is_valid's exact tier refuses)."""
+    exact = [Fraction(float(v)) for v in x]
+    total = sum(exact, Fraction(0))
+    return [v / total for v in exact] if abs(total - 1) <= FLOAT64_ATOL else exact
+
+
+def exactly_valid(p, q, rho, k) -> bool:
+    """K-SEQ's validity condition ``1 - (1 - beta)^k <= rho beta`` in Fractions, for the laws
+    the floats ``p`` and ``q`` are (:func:`float_law`): an oracle independent of the module."""
+    rho = Fraction(rho)
+    b = sum((min(y, x / rho) for x, y in zip(float_law(p), float_law(q))), Fraction(0))
+    return 1 - (1 - b) ** k <= rho * b
+
+
+def exact_rho_star(p, q, k) -> tuple:
+    """``(lo, hi)``: the exact rho* of the laws the floats are lies in (lo, hi], 2^-80 wide."""
+    lo, hi = Fraction(1), Fraction(k)
+    if exactly_valid(p, q, lo, k):
+        return lo, lo
+    while hi - lo > Fraction(1, 1 << 80):
+        mid = (lo + hi) / 2
+        lo, hi = (lo, mid) if exactly_valid(p, q, mid, k) else (mid, hi)
+    return lo, hi
+
+
 @pytest.mark.timeout(60)
 def test_kseq_best_rho_ends_and_refuses_a_tolerance_it_cannot_meet():
     """The bisection looped forever once tol was below the float spacing near rho* (tol = 0,
@@ -164,9 +193,8 @@ def test_kseq_best_rho_ends_and_refuses_a_tolerance_it_cannot_meet():
     for bad in (float("nan"), 0, -1e-3, float("inf"), "1e-6", True):
         with pytest.raises(InputError, match="tol must be a finite real number > 0"):
             kseq_best_rho(p, q, 3, tol=bad)
-    rho = kseq_best_rho(p, q, 3, tol=1e-300)  # stops at adjacent floats (of the strict check)
-    assert kseq_is_valid(p, q, rho, 3, strict=True)
-    assert not kseq_is_valid(p, q, np.nextafter(rho, 0), 3, strict=True)
+    rho = kseq_best_rho(p, q, 3, tol=1e-300)  # stops at adjacent floats (of the exact check)
+    assert exactly_valid(p, q, rho, 3) and not exactly_valid(p, q, np.nextafter(rho, 0), 3)
     big = kseq_best_rho(p, np.array([1 - 1e-9, 1e-9]), 20_000)
     assert 1 < big < 20_000 and kseq_is_valid(p, np.array([1 - 1e-9, 1e-9]), big, 20_000)
 
@@ -183,9 +211,9 @@ F = Fraction
 def test_kseq_best_rho_is_valid_in_exact_arithmetic(p, q, k):
     """The float rho* granted the 1e-12 slack of kseq_is_valid, so it sat up to 1e-8 below the
     exact rho* (the slack over a small slope of g): the exact check refused it and K-SEQ's
-    accepted law exceeded p by 1e-12. The bisection now searches with the margin demanded,
-    so Fraction(rho) passes the exact check of the laws the floats round, and it stays within
-    1e-7 of their exact rho*."""
+    accepted law exceeded p by 1e-12. The bisection now decides each step exactly (for the
+    laws the floats are), so Fraction(rho) passes the exact check of the laws they round too,
+    and it stays within 1e-7 of their exact rho*."""
     pe, qe = np.array(p, dtype=object), np.array(q, dtype=object)
     pf, qf = pe.astype(float), qe.astype(float)
     rho = kseq_best_rho(pf, qf, k)
@@ -311,3 +339,100 @@ def test_string_level_refuses_what_it_cannot_use(call, match):
     characters, or raised a TypeError."""
     with pytest.raises(InputError, match=match):
         call()
+
+
+# ------------------------------------------------------------------- review fixes, round 2
+@pytest.mark.parametrize("p, q, k, closed_form", [
+    ([0.5, 0.5], [0.45, 0.55], 16, Fraction(10, 9)),  # was 1.21629
+    ([0.5, 0.5], [0.4999, 0.5001], 4, Fraction(5000, 4999)),  # was 1.0010010
+])
+def test_kseq_best_rho_is_the_exact_rho_star_at_high_acceptance(p, q, k, closed_form):
+    """The bisection's float test demanded a 1e-12 relative margin, which only passes once
+    (1 - beta)^k >= ~1e-12; g is nearly flat there, so rho overshot the exact rho* by 1-10%
+    (1.21629 for 10/9, 1.0010010 for 1.0002000). Now each step is decided exactly: rho is
+    valid for the laws the floats are and above their rho* by at most tol."""
+    rho = kseq_best_rho(np.array(p), np.array(q), k, tol=BISECTION_ATOL)
+    lo, hi = exact_rho_star(p, q, k)
+    assert exactly_valid(p, q, rho, k)
+    assert lo < Fraction(rho) <= lo + Fraction(BISECTION_ATOL)
+    # rho* = max p / q up to (1 - beta)^k ~ 1e-16: from there on rho beta = sum p = 1
+    assert_close(rho, float(closed_form), rtol=0, atol=BISECTION_ATOL)
+
+
+def test_kseq_best_rho_takes_p_equals_q_as_rho_one_only_when_that_is_valid():
+    """p == q returned rho = 1 even when p sums to 1 - 5e-5 (a law within PROB_ATOL), where
+    rho = 1 is invalid (the accepted mass 1 - (5e-5)^k exceeds p's); laws that are equal up to
+    their float rounding still give exactly 1."""
+    p = np.array([0.5, 0.49995])
+    assert not kseq_is_valid(p, p, 1.0, 3)
+    rho = kseq_best_rho(p, p, 3)
+    assert rho > 1 and kseq_is_valid(p, p, rho, 3) and exactly_valid(p, p, rho, 3)
+    lo, _ = exact_rho_star(p, p, 3)
+    assert lo < Fraction(rho) <= lo + Fraction(BISECTION_ATOL)
+    law = W([1, 1, 1, 1, 1, 1, 1]).f64  # exact sum 1 - 2^-54
+    assert kseq_best_rho(law, law, 12) == 1.0
+
+
+@pytest.mark.timeout(60)
+def test_multidraft_refuses_or_answers_an_astronomical_k():
+    """optimal_acceptance_lp computed len(drafts) ** k before its size check (k = 2^62 never
+    finished) and enumerated one k-tuple for a single draft (k = 1e10: MemoryError); the
+    exact tier raised (1 - beta) to the k-th power in Fractions (hours, or memory, at k =
+    2^62). Now: an InputError naming the limit, and kseq_is_valid decides at any k."""
+    pf, qf = np.array([0.5, 0.5]), np.array([0.25, 0.75])
+    with pytest.raises(InputError, match="LP too large"):
+        optimal_acceptance_lp(pf, qf, 2 ** 62)
+    with pytest.raises(InputError, match="LP too large: k = 10000000000 drafts"):
+        optimal_acceptance_lp(pf, np.array([1.0, 0.0]), 10 ** 10)
+    p, q = W([1, 1]).exact, W([1, 2]).exact
+    for call in (lambda: kseq_acceptance(p, q, 1, 2 ** 62),
+                 lambda: kseq_accept_law(p, q, Fraction(3, 2), 2 ** 62),
+                 lambda: kseq_output_law(p, q, 1, 2 ** 62),
+                 lambda: optimal_acceptance_cut(p, q, 2 ** 62)):
+        with pytest.raises(InputError, match="too large for exact arithmetic"):
+            call()
+    # beta(3/2) = 2/3: 1 - (1/3)^k <= 1 holds; beta(1) = 5/6: 1 - (1/6)^k <= 5/6 fails
+    assert kseq_is_valid(p, q, Fraction(3, 2), 2 ** 62) is True
+    assert kseq_is_valid(p, q, Fraction(1), 2 ** 62) is False
+    # beta = 2^-70 keeps (1 - beta)^k in play at k = 2^62: 1 - (1 - beta)^k = 2^-8 (1 - 2^-9 +
+    # O(2^-18)) against rho beta = 2^-8 rho / k: valid at rho = k (1 - 2^-10), not k (1 - 2^-8)
+    k = 2 ** 62
+    one = np.array([Fraction(1), Fraction(0)], dtype=object)
+    tiny = np.array([Fraction(1, 2 ** 70), 1 - Fraction(1, 2 ** 70)], dtype=object)
+    assert kseq_is_valid(one, tiny, k * (1 - Fraction(1, 2 ** 10)), k) is True
+    assert kseq_is_valid(one, tiny, k * (1 - Fraction(1, 2 ** 8)), k) is False
+
+
+def test_psi_of_a_long_string_needs_no_recursion():
+    """psi and prefix_probability recursed once per drafter token: a 1,200-character target
+    token with a one-character-token drafter raised RecursionError."""
+    drafter = unigram_drafter({"a": Fraction(1, 2), "b": Fraction(1, 2)})
+    assert psi(["a" * 1200], drafter).tolist() == [Fraction(1, 2 ** 1200)]
+    assert prefix_probability("ab" * 700, drafter) == Fraction(1, 2 ** 1400)
+
+
+def test_prefix_probability_refuses_the_empty_string_as_psi_does():
+    """prefix_probability("") returned the drafter's mass on tokens (0.5 here), where every
+    output starts with "" (probability 1); psi refuses an empty target token, and so does it."""
+    drafter = unigram_drafter({"a": 0.5})
+    with pytest.raises(InputError, match="string must be a non-empty str"):
+        prefix_probability("", drafter)
+    assert prefix_probability("a", drafter) == 0.5
+
+
+def test_string_level_keeps_the_exact_tier_exact_and_floats_float():
+    """A Fraction drafter that never produces the token gave psi = float array([0.]); exact p
+    with float psi gave slrs/slem as an object array of floats (passed off as exact)."""
+    drafter = unigram_drafter({"a": Fraction(1, 2)})
+    assert psi(["c"], drafter).dtype == object and psi(["c"], drafter).tolist() == [Fraction(0)]
+    for got in (psi(["c", "a"], drafter), psi_by_segmentations(["c", "a"], drafter, ["a"])):
+        assert got.dtype == object and got.tolist() == [Fraction(0), Fraction(1, 2)]
+        assert all(isinstance(v, Fraction) for v in got)
+    assert psi(["c"], unigram_drafter({"a": 0.5})).dtype == np.float64
+    p = np.array([[Fraction(1, 2), Fraction(1, 2)]] * 2, dtype=object)
+    for fn in (slrs_acceptance, slem_acceptance):
+        out = fn(p, [0.3, 0.9])
+        assert out.dtype == np.float64
+        assert_close(out, [0.8, 0.8] if fn is slrs_acceptance else [0.6, 0.6])
+    assert slrs_acceptance(p, np.array([Fraction(1, 3), Fraction(1)], dtype=object)).tolist() == \
+        [Fraction(5, 6)] * 2
