@@ -94,9 +94,9 @@ def _power(base, k: int, what: str):
 
 def _power_bounds(x: Fraction, k: int, prec: int):
     """Lower and upper bounds ``(m, e)`` (meaning ``m 2^e``) of ``x^k`` for a Fraction
-    ``0 < x <= 2``, with ``prec``-bit mantissas rounded down and up: relative error about
-    ``2 log2(k) 2^-prec``, whatever ``k`` (repeated squaring, no number grows past ``2 prec``
-    bits)."""
+    ``0 < x <= 2``, with ``prec``-bit mantissas rounded down and up (directed, so the bounds
+    always hold): relative width about ``k 2^(1 - prec)``, as each squaring doubles a relative
+    error (repeated squaring; no number grows past ``2 prec`` bits, whatever ``k``)."""
     n, d = x.numerator, x.denominator
     shift = prec + d.bit_length() - n.bit_length()
     num, den = (n << shift, d) if shift >= 0 else (n, d << -shift)
@@ -139,8 +139,8 @@ def _compare(me, c: Fraction) -> int:
 def _power_at_least(x: Fraction, k: int, c: Fraction):
     """Whether ``x^k >= c``, exactly, for Fractions with ``|x| <= 2`` and any ``k >= 1``: by
     interval bounds of growing precision, then (on a near-tie that ``MAX_EXACT_POWER_BITS``
-    affords) by the exact power. None only for a tie closer than 2^-32768 relative whose exact
-    power is unaffordable."""
+    affords) by the exact power. None only for a tie closer than about ``k 2^-32767`` relative
+    whose exact power is unaffordable."""
     negative = x < 0 and k % 2 == 1  # x^k = -|x|^k
     if x == 0 or (c <= 0 and not negative):
         return c <= 0
@@ -161,7 +161,7 @@ def _power_at_least(x: Fraction, k: int, c: Fraction):
     bits = max(abs(x.numerator).bit_length(), x.denominator.bit_length())
     if k * bits <= MAX_EXACT_POWER_BITS:
         return x ** k >= c
-    return None  # pragma: no cover - a tie to 32768 bits
+    return None  # pragma: no cover - a tie closer than k 2^-32767 relative
 
 
 def beta(target_probs, draft_probs, rho):
@@ -195,7 +195,7 @@ def kseq_is_valid(target_probs, draft_probs, rho, k: int, *, strict: bool = Fals
         rhs = np.where(q > 0, np.minimum(rho * q, p), 0 * p).sum()
     if isinstance(b, Fraction) and isinstance(rhs, Fraction):
         holds = _power_at_least(1 - b, k, 1 - rhs)  # 1 - (1 - b)^k <= rhs, at any k
-        if holds is None:  # pragma: no cover - a tie to 32768 bits
+        if holds is None:  # pragma: no cover - a tie closer than k 2^-32767
             raise InputError(f"k = {k} is too large to decide this rho's validity exactly")
         return holds
     lhs = -np.expm1(k * np.log1p(-float(b))) if b < 1 else 1.0
@@ -242,34 +242,66 @@ def kseq_output_law(target_probs, draft_probs, rho, k: int):
 
 
 #: :func:`kseq_best_rho`: a float law whose exact sum is within this of 1 is read as the law it
-#: rounds (divided by its exact sum). Without it, a float ``p`` summing to ``1 - 1e-16`` would
+#: rounds (divided by its exact sum). Far tighter than a law computed in float32 (which misses
+#: 1 by ~1e-8): such a law is read as given, and its rho* is that of the sub-stochastic law. Without it, a float ``p`` summing to ``1 - 1e-16`` would
 #: need ``(1 - beta)^k >= 1e-16`` (the accepted mass may not exceed ``p``'s), pushing ``rho*``
 #: from 1.02 to 1.16 at k = 16; within the float check's slack ``VALIDITY_RTOL``.
 LAW_SUM_ROUNDOFF = 1e-12
+
+
+#: :func:`kseq_best_rho`'s float screen: a step is decided in float64 when ``1 - (1 - beta)^k``
+#: and ``sum min(rho q, p)`` differ by more than this (relative, plus ``8 N eps``) -- far above
+#: their round-off and ``LAW_SUM_ROUNDOFF``'s rescaling -- and exactly otherwise.
+SCREEN_RTOL = 1e-9
 
 
 def _exact_validity(p: np.ndarray, q: np.ndarray, k: int):
     """``valid(rho)``: the validity condition at a float ``rho``, decided exactly (True, False,
     or None for an undecidable tie, see :func:`_power_at_least`) for the laws ``P``, ``Q`` that
     the float64 ``p`` and ``q`` are: each the rationals it holds, divided by their exact sum
-    when that is within ``LAW_SUM_ROUNDOFF`` of 1. Every float is an integer over a power of
-    two, so ``p = ints_p / s_p`` and ``q = ints_q / s_q`` (Python ints) and ``rho = m / d``;
-    then ``rho beta(rho) = T / (d s_p s_q)``, ``T = d s_q sum_A ints_p + m s_p sum_{not A}
-    ints_q`` over ``A = {p / rho < q}``, in exact integer sums (a float comparison orders all
-    but the entries within round-off of ``p = rho q``, which are ordered in integers). Cost
-    per call: O(N) numpy and int additions, plus :func:`_power_at_least` (independent of N,
-    polylogarithmic in k)."""
-    ratios = [float(v).as_integer_ratio() for v in np.concatenate([p, q])]
-    e = max(den.bit_length() for _, den in ratios) - 1
-    ints = np.array([num << (e - den.bit_length() + 1) for num, den in ratios], dtype=object)
-    big_p, big_q = ints[:p.size], ints[p.size:]
-    s_p, s_q = (int(x.sum()) if abs(Fraction(int(x.sum()), 1 << e) - 1) <= LAW_SUM_ROUNDOFF
+    when that is within ``LAW_SUM_ROUNDOFF`` of 1.
+
+    A float screen decides first where the two sides differ by more than ``SCREEN_RTOL``
+    (relative) plus ``8 N eps``, which bounds their float64 error (sums of N non-negative
+    terms, ``1 - (1 - b)^k`` no more sensitive to ``b`` than ``b`` itself) and the rescaling by
+    the exact sums. Otherwise (near ``rho*``, or where ``(1 - beta)^k`` is below the screen's
+    resolution) it is decided in integers: every float is an integer over a power of two, so
+    ``p = ints_p / s_p`` and ``q = ints_q / s_q`` (Python ints) and ``rho = m / d``; then
+    ``rho beta(rho) = T / (d s_p s_q)``, ``T = d s_q sum_A ints_p + m s_p sum_{not A} ints_q``
+    over ``A = {p / rho < q}``, in exact integer sums (a float comparison orders all but the
+    entries within round-off of ``p = rho q``, which are ordered in integers). Cost: O(N)
+    numpy per screened step; O(N) Python ints once, and per exact step, plus
+    :func:`_power_at_least` (independent of N, polylogarithmic in k)."""
+    margin = SCREEN_RTOL + 8 * (p.size + 4) * np.finfo(np.float64).eps
+    exact: dict = {}
+
+    def integers():
+        if not exact:
+            ratios = [float(v).as_integer_ratio() for v in np.concatenate([p, q])]
+            e = max(den.bit_length() for _, den in ratios) - 1
+            ints = np.array([num << (e - den.bit_length() + 1) for num, den in ratios],
+                            dtype=object)
+            big_p, big_q = ints[:p.size], ints[p.size:]
+            exact["p"], exact["q"] = big_p, big_q
+            exact["s_p"], exact["s_q"] = (
+                int(x.sum()) if abs(Fraction(int(x.sum()), 1 << e) - 1) <= LAW_SUM_ROUNDOFF
                 else 1 << e for x in (big_p, big_q))
+        return exact["p"], exact["q"], exact["s_p"], exact["s_q"]
+
     band, tiny = 4 * (LAW_SUM_ROUNDOFF + np.finfo(np.float64).eps), np.finfo(np.float64).tiny
 
     def valid(rho: float):
-        m, d = rho.as_integer_ratio()
         prod = rho * q
+        b = float(np.minimum(q, p / rho).sum())
+        lhs = -math.expm1(k * math.log1p(-b)) if b < 1 else 1.0
+        rhs = float(np.where(q > 0, np.minimum(prod, p), 0.0).sum())
+        slack = margin * max(lhs, rhs)
+        if lhs < rhs - slack:
+            return True
+        if lhs > rhs + slack:
+            return False
+        big_p, big_q, s_p, s_q = integers()
+        m, d = rho.as_integer_ratio()
         below = p < prod  # p / rho < q: min(q, p / rho) = p / rho
         for i in np.flatnonzero(np.abs(p - prod) <= band * prod + tiny):
             below[i] = big_p[i] * d * s_q < m * big_q[i] * s_p
@@ -304,6 +336,8 @@ def kseq_best_rho(target_probs, draft_probs, k: int, *, tol: float = 1e-12) -> f
         raise InputError(f"tol must be a finite real number > 0, got {tol!r}")
     if k == 1:  # 1 - (1 - beta) <= beta, with equality
         return 1.0
+    if np.array_equal(p, q) and abs(math.fsum(p) - 1) <= LAW_SUM_ROUNDOFF / 2:
+        return 1.0  # P == Q, each divided by its exact sum: beta(1) = 1, valid with equality
     valid = _exact_validity(p, q, k)
     if valid(1.0):
         return 1.0
@@ -314,7 +348,7 @@ def kseq_best_rho(target_probs, draft_probs, k: int, *, tol: float = 1e-12) -> f
         mid = 0.5 * (lo + hi)
         if not lo < mid < hi:  # adjacent floats: nothing left to halve
             break
-        if valid(mid):  # None (a tie to 32768 bits) counts as invalid: hi stays valid
+        if valid(mid):  # None (a tie closer than k 2^-32767) counts as invalid: hi stays valid
             hi = mid
         else:
             lo = mid

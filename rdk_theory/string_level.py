@@ -159,7 +159,8 @@ def psi_by_segmentations(target_tokens: Sequence[str], next_token_probs: NextTok
 
 
 def psi(target_tokens: Sequence[str], next_token_probs: NextTokenProbs):
-    """``psi(t) = P(drafter string starts with s_t)`` for each target token (recursive form)."""
+    """``psi(t) = P(drafter string starts with s_t)`` for each target token, by the prefix
+    recursion of :func:`prefix_probability` (unrolled on an explicit stack)."""
     vals = [prefix_probability(s, next_token_probs)
             for s in _token_strings(target_tokens, "target tokens")]
     return _psi_array(vals)
