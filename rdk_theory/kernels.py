@@ -91,16 +91,6 @@ def real_input(q_prime, name: str = "q'"):
     return as_real_array(arr, name)
 
 
-def _check_rows_carry_mass(sums: np.ndarray, name: str) -> None:
-    """InputError for a float row whose sum is not > 0: whatever tolerance accepted it (a
-    caller's ``atol >= 1`` accepts an all-zero row), dividing it by its sum gives NaN."""
-    bad = ~(sums > 0)
-    if np.any(bad):
-        i = int(np.argmax(bad))
-        raise InputError(f"{name} is not row-stochastic: row {i} sums to {sums[i]}, and a row "
-                         "must sum to more than 0 to be renormalised, whatever atol")
-
-
 def settled(out):
     """``out``, or its float64 copy when it is an object array holding a float: Fractions
     mixed with a float (``q'``, the kernel or ``lam``) give floats, which an object array would
@@ -137,10 +127,10 @@ def _off_one(sums: np.ndarray, n: int) -> np.ndarray:
 
 def _rows_renormalised(m: np.ndarray, sums: np.ndarray, *, owned: bool) -> np.ndarray:
     """``m`` with each row that misses 1 beyond round-off (:func:`_off_one`) divided by its sum
-    ``sums`` (validated within tolerance of 1 and > 0, :func:`_check_rows_carry_mass`). A
-    kernel accepted within ``KERNEL_ATOL`` of row-stochastic would otherwise create or lose
-    mass ``sum - 1`` per row: its proposal would sum to ``1 +- 1e-6`` and its acceptance be off
-    by as much. In place when ``m`` is the kernel's own array (``owned``); else a new array,
+    ``sums`` (validated within tolerance of 1 and > 0 by
+    :func:`rdk_theory.validation.check_row_stochastic`). A kernel accepted within
+    ``KERNEL_ATOL`` of row-stochastic would otherwise create or lose mass ``sum - 1`` per row:
+    its proposal would sum to ``1 +- 1e-6`` and its acceptance be off by as much. In place when ``m`` is the kernel's own array (``owned``); else a new array,
     the caller's left as it was."""
     off = _off_one(sums, m.shape[1])
     if not off.any():
@@ -204,7 +194,6 @@ class DenseKernel:
             check_row_stochastic(sums, name, rounding_atol(matrix, KERNEL_ATOL)
                                  if atol is None else atol)
             if not exact:
-                _check_rows_carry_mass(sums, name)
                 m = _rows_renormalised(m, sums, owned=not shared)
         self.matrix = m
         self.n = int(m.shape[0])
@@ -245,7 +234,6 @@ class SparseKernel:
             check_nonnegative(m.data, name)
             sums = np.asarray(m.sum(axis=1)).ravel()
             check_row_stochastic(sums, name, rounding_atol(matrix, KERNEL_ATOL))
-            _check_rows_carry_mass(sums, name)
             off = _off_one(sums, m.shape[1])
             if off.any():  # scale the stored entries of those rows (a row's nonzeros are
                 # data[indptr[i]:indptr[i + 1]]); the other rows are multiplied by 1, exactly

@@ -426,7 +426,9 @@ def as_draft_to_target(x, n_target: int, name: str = "draft_to_target") -> np.nd
 
 
 def check_row_stochastic(row_sums, name: str = "kernel", atol: float = KERNEL_ATOL) -> None:
-    """Raise InputError unless every row sum equals 1 (exactly for Fractions)."""
+    """Raise InputError unless every row sum equals 1 (exactly for Fractions; within ``atol``
+    and above 0 for floats: a caller's ``atol >= 1`` would accept an all-zero row, which
+    renormalising divides by 0)."""
     sums = np.asarray(host(row_sums))
     if sums.dtype == object:
         bad = np.array([s != 1 for s in sums.reshape(-1)])
@@ -438,6 +440,10 @@ def check_row_stochastic(row_sums, name: str = "kernel", atol: float = KERNEL_AT
             f"{name} is not row-stochastic: row {i} sums to {sums.reshape(-1)[i]} "
             f"(tolerance {atol:g})"
         )
+    if sums.dtype != object and np.any(empty := ~(sums.reshape(-1) > 0)):
+        i = int(np.argmax(empty))
+        raise InputError(f"{name} is not row-stochastic: row {i} sums to {sums.reshape(-1)[i]}, "
+                         "and a row must sum to more than 0 to be renormalised, whatever atol")
 
 
 def check_nonnegative(values, name: str) -> None:
