@@ -125,9 +125,11 @@ def segmentations(string: str, drafter_tokens: Sequence[str]) -> list[tuple[str,
     ``d_1 .. d_{m-1}`` spell a proper prefix of ``string`` and ``d_1 .. d_m`` spell a string that
     starts with ``string``. Brute force over all sequences of length ``<= len(string)``; a token
     listed twice counts once (a vocabulary is a set of strings), an empty one never.
+    ``string`` must be a non-empty str, as in :func:`prefix_probability` (InputError otherwise:
+    psi("") would be 1, while no sequence of non-empty tokens is a minimal segmentation of "").
     """
-    if not isinstance(string, str):
-        raise InputError(f"string must be a str, got {type(string).__name__}")
+    if not isinstance(string, str) or not string:
+        raise InputError(f"string must be a non-empty str (a target token), got {string!r}")
     toks = list(dict.fromkeys(t for t in _token_strings(drafter_tokens, "drafter tokens",
                                                         holes=True) if t))
     out = []

@@ -101,8 +101,11 @@ def segmentation_count(string: str, draft_tokens: Sequence[str]) -> int:
 
     ``d_1..d_{m-1}`` tile a proper prefix ``string[:i]`` exactly and ``d_m`` starts with
     ``string[i:]``: ``count = sum_{i < n} tilings(string[:i]) * #{d : d startswith string[i:]}``.
-    A token listed twice counts once, an empty one never, as there.
+    A token listed twice counts once, an empty one never, and ``string`` must be a non-empty
+    str, as there.
     """
+    if not isinstance(string, str) or not string:
+        raise InputError(f"string must be a non-empty str (a target token), got {string!r}")
     draft_tokens = list(dict.fromkeys(d for d in draft_tokens if d))
     n = len(string)
     tilings = [0] * (n + 1)

@@ -7,6 +7,7 @@ import numpy as np
 import pytest
 
 from rdk_theory.string_level import segmentations
+from rdk_theory.validation import InputError
 from simulators.strings import (
     DRAFT_TOKENS,
     TARGET_TOKENS,
@@ -42,6 +43,10 @@ def test_segmentation_count_matches_enumeration_and_grows_exponentially():
     # a token listed twice counts once, as in the enumeration (it counted twice: 2 against 1)
     for tokens in (["a", "a", "b"], ["ab", "a", "", "b", "ab"]):
         assert segmentation_count("ab", tokens) == len(segmentations("ab", tokens))
+    # "" is not a target token: both refuse it, as psi does (both returned 0 segmentations)
+    for fn in (segmentations, segmentation_count):
+        with pytest.raises(InputError, match="non-empty str"):
+            fn("", DRAFT_TOKENS)
 
 
 @pytest.mark.mc
