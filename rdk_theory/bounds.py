@@ -27,7 +27,8 @@ import numpy as np
 
 from .acceptance import acceptance_rate, total_variation
 from .acceptance import oov_cap as _oov_cap
-from .validation import InputError, as_real_array, host, host_prob_array, rational_array
+from .validation import (InputError, as_real_array, common_tier, host, host_prob_array,
+                         rational_array)
 
 #: Largest target vocabulary the dense LP of :func:`best_static_kernel_lp` accepts.
 MAX_LP_VOCAB = 64
@@ -49,8 +50,7 @@ def tv_upper_bound(target_probs, proposal):
     r = host_prob_array(proposal, "proposal", allow_sub_stochastic=True)
     if p.shape != r.shape:
         raise InputError(f"target_probs and proposal must have one shape, got {p.shape}, {r.shape}")
-    if (p.dtype == object) != (r.dtype == object):  # Fractions with floats: floats
-        p, r = p.astype(np.float64), r.astype(np.float64)
+    p, r = common_tier(p, r)
     mass = r.sum(axis=-1, keepdims=True)
     has = mass > 0
     rn = r / np.where(has, mass, 1)  # r = 0 where its mass is 0: stays 0 (exact for Fractions)

@@ -29,8 +29,8 @@ from typing import Callable, Mapping, Sequence
 
 import numpy as np
 
-from .validation import (NEG_ATOL, PROB_ATOL, InputError, as_real_array, check_broadcast, host,
-                         host_prob_array, rational_array)
+from .validation import (NEG_ATOL, PROB_ATOL, InputError, as_real_array, check_broadcast,
+                         common_tier, host, host_prob_array, rational_array)
 
 NextTokenProbs = Callable[[tuple], Mapping[str, object]]
 
@@ -184,9 +184,7 @@ def _acceptance_inputs(target_probs, psi_values):
         raise InputError(f"target_probs and psi must cover the same target tokens (last axis), "
                          f"got shapes {p.shape} and {s.shape}")
     check_broadcast(p.shape[:-1], s.shape[:-1], ("target_probs", "psi"))
-    if (p.dtype == object) != (s.dtype == object):  # Fractions with floats: floats
-        p, s = p.astype(np.float64), s.astype(np.float64)
-    return p, s
+    return common_tier(p, s)
 
 
 def slem_acceptance(target_probs, psi_values):

@@ -148,6 +148,15 @@ def rational_array(x, name: str) -> np.ndarray | None:
     return python_ints(arr) if is_rational_array(arr) else None
 
 
+def common_tier(a: np.ndarray, b: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Two host arrays in one arithmetic tier: both as they are when both are exact (object
+    arrays of Fractions) or both floats; one of each gives both as float64 (Fractions mixed
+    with floats give floats, as in Python)."""
+    if (a.dtype == object) != (b.dtype == object):
+        return a.astype(np.float64), b.astype(np.float64)
+    return a, b
+
+
 def real_number(value) -> float | None:
     """``value`` as a float when it is one real number (a Python or numpy scalar, a Fraction, a
     0-d array or tensor), else None: a bool, a string, a complex number or an array is none."""

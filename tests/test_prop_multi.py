@@ -320,6 +320,12 @@ def test_string_level_acceptances_are_per_context():
     exact = slrs_acceptance(np.array([Fraction(1, 2)] * 2, dtype=object),
                             np.array([Fraction(1, 3), Fraction(1)], dtype=object))
     assert exact == Fraction(5, 6)
+    # Fractions with floats: float64, whichever side holds the floats
+    halves = np.array([Fraction(1, 2)] * 2, dtype=object)
+    quarters = np.array([Fraction(1, 4)] * 2, dtype=object)
+    for got in (slrs_acceptance(halves, [0.25, 1.0]), slem_acceptance([0.5, 0.5], quarters)):
+        assert np.asarray(got).dtype == np.float64
+    assert float(slrs_acceptance(halves, [0.25, 1.0])) == 0.75
 
 
 @pytest.mark.parametrize("call, match", [
