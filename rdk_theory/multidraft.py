@@ -176,6 +176,11 @@ def beta(target_probs, draft_probs, rho):
 VALIDITY_RTOL = 1e-12
 
 
+def _any_accepted(b: float, k: int) -> float:
+    """``1 - (1 - b)^k`` in float64 without cancellation (``-expm1(k log1p(-b))``), 1 at b = 1."""
+    return -math.expm1(k * math.log1p(-b)) if b < 1 else 1.0
+
+
 def kseq_is_valid(target_probs, draft_probs, rho, k: int, *, strict: bool = False) -> bool:
     """The validity condition ``1 - (1 - beta(rho))^k <= rho beta(rho)`` (sufficient for losslessness).
 
@@ -198,8 +203,7 @@ def kseq_is_valid(target_probs, draft_probs, rho, k: int, *, strict: bool = Fals
         if holds is None:  # pragma: no cover - a tie closer than k 2^-32767
             raise InputError(f"k = {k} is too large to decide this rho's validity exactly")
         return holds
-    lhs = -np.expm1(k * np.log1p(-float(b))) if b < 1 else 1.0
-    rhs = float(rhs)
+    lhs, rhs = _any_accepted(float(b), k), float(rhs)
     return bool(lhs <= rhs + (-1 if strict else 1) * VALIDITY_RTOL * max(lhs, rhs))
 
 
@@ -293,7 +297,7 @@ def _exact_validity(p: np.ndarray, q: np.ndarray, k: int):
     def valid(rho: float):
         prod = rho * q
         b = float(np.minimum(q, p / rho).sum())
-        lhs = -math.expm1(k * math.log1p(-b)) if b < 1 else 1.0
+        lhs = _any_accepted(b, k)
         rhs = float(np.where(q > 0, np.minimum(prod, p), 0.0).sum())
         slack = margin * max(lhs, rhs)
         if lhs < rhs - slack:
