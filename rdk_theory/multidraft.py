@@ -274,17 +274,18 @@ def _exact_validity(p: np.ndarray, q: np.ndarray, k: int):
     ``rho beta(rho) = T / (d s_p s_q)``, ``T = d s_q sum_A ints_p + m s_p sum_{not A} ints_q``
     over ``A = {p / rho < q}``, in exact integer sums (a float comparison orders all but the
     entries within round-off of ``p = rho q``, which are ordered in integers). Cost: O(N)
-    numpy per screened step; O(N) Python ints once, and per exact step, plus
+    numpy per screened step; O(N) Python ints once (numpy's object loop) and per exact step, plus
     :func:`_power_at_least` (independent of N, polylogarithmic in k)."""
     margin = SCREEN_RTOL + 8 * (p.size + 4) * np.finfo(np.float64).eps
     exact: dict = {}
 
     def integers():
         if not exact:
-            ratios = [float(v).as_integer_ratio() for v in np.concatenate([p, q])]
-            e = max(den.bit_length() for _, den in ratios) - 1
-            ints = np.array([num << (e - den.bit_length() + 1) for num, den in ratios],
-                            dtype=object)
+            v = np.concatenate([p, q])
+            mant, ex = np.frexp(v)  # v = m53 / 2^den, m53 an int64 of at most 53 bits
+            m53, den = np.ldexp(mant, 53).astype(np.int64), np.where(v > 0, 53 - ex, 0)
+            e = int(den.max())  # the common denominator 2^e; the shifts are numpy's loop
+            ints = m53.astype(object) << (e - den).astype(object)
             big_p, big_q = ints[:p.size], ints[p.size:]
             exact["p"], exact["q"] = big_p, big_q
             exact["s_p"], exact["s_q"] = (
