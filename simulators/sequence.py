@@ -177,6 +177,27 @@ def block_law(target, proposal_fn: ProposalFn, gamma: int, prefix=()) -> BlockLa
     return BlockLaw(_block_paths(target, proposal_fn, gamma, prefix), int(gamma), prefix)
 
 
+def _checked_proposal(r, n: int, ctx: tuple) -> np.ndarray:
+    """``r`` when it is a sub-stochastic vector over the target's ``n`` tokens: entries >= 0
+    (and finite) summing to at most 1, exactly for Fractions and within
+    ``FLOAT_REJECT_ROUNDOFF`` for floats. Anything else is an InputError: the identity
+    ``min(r, p) + (p - r)^+ = p`` holds for every real vector, so a law built from an invalid
+    ``r`` (negative entries, mass above 1) still completes to ``p`` and would be certified
+    lossless."""
+    r = np.asarray(r)
+    if r.shape != (n,):
+        raise InputError(f"the proposal at context {ctx} has shape {r.shape}, not ({n},)")
+    exact = r.dtype == object
+    if not exact and not np.all(np.isfinite(r)):
+        raise InputError(f"the proposal at context {ctx} holds a non-finite value")
+    if any(v < 0 for v in r):
+        raise InputError(f"the proposal at context {ctx} has a negative entry {min(r)!r}")
+    total = r.sum()
+    if total > (1 if exact else 1 + FLOAT_REJECT_ROUNDOFF):
+        raise InputError(f"the proposal at context {ctx} sums to {total!r}, more than 1")
+    return r
+
+
 def _block_paths(target, proposal_fn: ProposalFn, gamma: int, prefix: tuple,
                  max_tokens: int | None = None) -> dict:
     """:func:`block_law`'s law as a dict; with ``max_tokens``, the law of the block's first
@@ -198,7 +219,7 @@ def _block_paths(target, proposal_fn: ProposalFn, gamma: int, prefix: tuple,
             for y in range(len(p)):
                 add(block + (y,), w * p[y])
             return
-        r = proposal_fn(ctx)
+        r = _checked_proposal(proposal_fn(ctx), len(p), ctx)
         excess = np.array([p[x] - r[x] if p[x] > r[x] else 0 * p[x] for x in range(len(p))], dtype=p.dtype)
         ex_total = excess.sum()
         reject = 0 * p[0]

@@ -14,6 +14,7 @@ from rdk_theory.case import default_tau
 from rdk_theory.first_order import FirstOrderCovarianceKernel
 from rdk_theory.kernels import DenseKernel, IdentityKernel, MarginalKernel, covariance_softmax_kernel
 from rdk_theory.proposals import SAMPLERS
+from rdk_theory.validation import InputError
 from rdk_theory.vocab import VocabMap
 from simulators.block import expected_tokens, simulate_blocks, z_pvalue
 from simulators.sequence import (
@@ -148,6 +149,22 @@ def test_checker_is_not_vacuous():
     moved[keys[-1]] += delta
     blk.law = moved
     assert max_law_difference(completed_law(pair.target, blk), pair.target.sequence_law((), 3)) != 0
+
+
+@pytest.mark.parametrize("r, match", [
+    ([Fraction(3, 2), Fraction(-1, 2)], "negative entry"),
+    ([Fraction(1), Fraction(1)], "sums to Fraction"),
+    ([0.5, float("nan")], "non-finite"),
+    ([0.75, 0.2500001], "more than 1"),
+    ([Fraction(1)], "shape"),
+])
+def test_an_invalid_proposal_is_refused_not_certified(r, match):
+    """min(r, p) + (p - r)^+ = p holds for any real r: is_lossless certified r = (3/2, -1/2)
+    and r = (1, 1) as lossless, from a "law" with negative entries. Now an InputError."""
+    half = np.array([Fraction(1, 2)] * 2, dtype=object)
+    r = np.array(r, dtype=object if isinstance(r[0], Fraction) else np.float64)
+    with pytest.raises(InputError, match=match):
+        is_lossless(MarkovLM(2, 0, {(): half}), lambda ctx: r, 2, n_tokens=3)
 
 
 def test_context_longer_than_order_uses_last_tokens():
