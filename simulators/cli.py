@@ -132,7 +132,7 @@ SPEEDUP_GAMMA_MAX = 512
 
 def cmd_speedup(args) -> int:
     from .block import (expected_tokens_iid, mc_tokens_iid, mean_ci, optimal_gamma, speedup,
-                        tokens_sd_iid)
+                        speedup_grows, tokens_sd_iid)
 
     if args.gamma_max < 1 or args.gamma_max > SPEEDUP_GAMMA_MAX:
         raise InputError(f"--gamma-max must be in 1..{SPEEDUP_GAMMA_MAX}, got {args.gamma_max}")
@@ -145,11 +145,10 @@ def cmd_speedup(args) -> int:
         curve = [float(speedup(a, k, args.c)) for k in range(args.gamma_max + 1)]
         row = {"alpha": a, "c": args.c, "best_gamma": g, "speedup": s,
                "tokens_per_call": float(expected_tokens_iid(a, g)),
-               # the optimum lies beyond the cap: speedup is quasi-concave in gamma (concave
-               # tokens over affine cost), so one more gamma tells
+               # the optimum lies beyond the cap: the speedup is unimodal in gamma, so
+               # whether it still grows at the cap tells
                "at_gamma_max": bool(g == args.gamma_max
-                                    and ((args.c == 0 and a > 0)  # grows with every gamma
-                                         or speedup(a, args.gamma_max + 1, args.c) > s))}
+                                    and speedup_grows(a, args.gamma_max, args.c))}
         if args.mc and g > 0:
             x = mc_tokens_iid([a] * g, args.mc, rng)
             # the law's own standard deviation: the sample's gave a zero-width interval when

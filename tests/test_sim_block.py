@@ -178,6 +178,31 @@ def test_a_free_drafter_drafts_as_far_as_allowed():
     assert optimal_gamma(0.5, 0.1, 512)[0] == 2  # a cost keeps its finite optimum (1.75 / 1.2)
 
 
+def test_optimal_gamma_is_the_exact_argmax_even_with_a_tiny_cost():
+    """A tiny cost c > 0: the float speedups tie from gamma 53 on (alpha 0.5, c = 1e-20),
+    and argmax took 53 where the exact optimum is 65; at c = 1e-300 the optimum (about 997)
+    lies beyond the cap of 512 and 53 was printed without the >= flag. Now each step is
+    decided without cancellation: the argmax (first of ties) equals the one computed in
+    Fractions on 60 cases, tiny and large costs, alpha up to 1 - 1e-8 and alpha = 1."""
+    from simulators.block import speedup_grows
+
+    def exact(a, c, gamma_max):
+        a, c = Fraction(a), Fraction(c)
+        s = [(g + 1 if a == 1 else (1 - a ** (g + 1)) / (1 - a)) / (g * c + 1)
+             for g in range(gamma_max + 1)]
+        return s.index(max(s))
+
+    assert optimal_gamma(0.5, 1e-20, 512)[0] == 65 == exact(0.5, 1e-20, 512)
+    assert optimal_gamma(0.5, 1e-300, 512)[0] == 512 and speedup_grows(0.5, 512, 1e-300)
+    rng = np.random.default_rng(3)
+    cases = [(1.0, 0.5, 20), (1.0, 1.0, 20), (1.0, 2.0, 20), (0.0, 0.3, 10), (0.999, 1e-6, 300)]
+    for _ in range(55):
+        a = float(rng.choice([rng.random(), 1 - 10 ** -rng.uniform(1, 8)]))
+        cases.append((a, float(10 ** rng.uniform(-12, 0.5)), int(rng.choice([8, 64, 200]))))
+    for a, c, gamma_max in cases:
+        assert optimal_gamma(a, c, gamma_max)[0] == exact(a, c, gamma_max), (a, c, gamma_max)
+
+
 @pytest.mark.parametrize("call", [
     lambda: mean_ci([1.0, 2.0, 3.0], 95),
     lambda: mean_ci([1.0, 2.0, 3.0], -0.5),
