@@ -98,6 +98,7 @@ def cmd_block(args) -> int:
             # the exact law's standard deviation: two equal draws gave a zero-width interval
             mean, sd = float(blk.expected_tokens), law_sd(blk.length_law)
             m, lo, hi = mean_ci(lengths, 0.999, sd=sd, spread=args.gamma)  # L in [1, gamma + 1]
+            lo, hi = max(lo, 1.0), min(hi, args.gamma + 1.0)  # E L lies in L's range too
             row["mc"] = {"n": int(args.mc), "mean": m, "ci999": [lo, hi], "law_sd": sd,
                          "z_pvalue": z_pvalue(lengths, mean, sd=sd),
                          "bernstein_pvalue": bernstein_pvalue(lengths, mean, sd=sd,
@@ -154,6 +155,7 @@ def cmd_speedup(args) -> int:
             # the law's own standard deviation: the sample's gave a zero-width interval when
             # every draw was gamma + 1 (alpha near 1), excluding the exact value
             m, lo, hi = mean_ci(x, 0.999, sd=tokens_sd_iid(a, g), spread=g)  # Bernstein: holds at any n
+            lo, hi = max(lo, 1.0), min(hi, g + 1.0)  # E L lies in L's range [1, g + 1] too
             row["mc"] = {"n": args.mc, "tokens_per_call": m, "ci999": [lo, hi],
                          "speedup": m / (g * args.c + 1),
                          "speedup_ci999": [lo / (g * args.c + 1), hi / (g * args.c + 1)]}

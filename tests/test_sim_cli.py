@@ -316,7 +316,8 @@ def test_speedup_mc_interval_uses_the_laws_standard_deviation(capsys):
     """At alpha = 0.9999 nearly every draw is gamma + 1 = 17: with the sample's standard
     deviation the '99.9 %' interval was [17.0000, 17.0000] and excluded the exact 16.9864
     printed beside it (coverage 75 % in 2,000 repeats). Its half-width is now Bernstein's with
-    the law's sd and the spread gamma (tests/test_sim_block.py)."""
+    the law's sd and the spread gamma (tests/test_sim_block.py), the upper end cut at the
+    largest L, gamma + 1."""
     from simulators.block import tokens_sd_iid
     from tests.test_sim_block import bernstein_half_width
 
@@ -329,8 +330,9 @@ def test_speedup_mc_interval_uses_the_laws_standard_deviation(capsys):
     # of the time, so this containment is not a test of the level: the width below is
     assert lo < row["tokens_per_call"] < hi
     g = row["best_gamma"]
-    half = bernstein_half_width(tokens_sd_iid(0.9999, g), g, 1000, 0.999)
-    assert abs((hi - lo) / 2 - half) <= FLOAT64_RTOL * half
+    half, m = bernstein_half_width(tokens_sd_iid(0.9999, g), g, 1000, 0.999), row["mc"]["tokens_per_call"]
+    assert abs(lo - (m - half)) <= FLOAT64_RTOL * half
+    assert hi == min(m + half, g + 1.0) == g + 1.0  # cut to the range of L, [1, g + 1]
 
 
 def test_disco_refuses_repeated_thresholds_and_an_overlong_trace_and_keeps_near_ones(capsys):
