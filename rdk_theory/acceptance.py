@@ -10,7 +10,8 @@ sub-stochastic: drafter mass on tokens the target lacks is always rejected) [3]:
   (Theorem L in MATH.md).
 
 All functions act on the last axis and broadcast over leading axes. They accept numpy float64,
-numpy object arrays of ``fractions.Fraction`` (exact, compare with ``==``) and torch tensors.
+numpy object arrays of ``fractions.Fraction`` (exact, compare with ``==``; Fractions mixed with
+floats give float64) and torch tensors.
 """
 from __future__ import annotations
 
@@ -18,19 +19,19 @@ import math
 from fractions import Fraction
 
 from . import _backend as B
-from .validation import InputError, as_prob_array, check_broadcast, same_backend
+from .validation import InputError, as_prob_array, check_broadcast, common_tier, same_backend
 from .vocab import check_vocab_map
 
 
 def _check_pair(p, r, check: bool, names=("target_probs", "proposal"), p_sums_to_one=True):
-    """Both as probability arrays on one backend, over one vocabulary, with leading shapes
-    that broadcast (else InputError naming the input); ``r`` may sum to less than 1, and so
-    may ``p`` unless ``p_sums_to_one``."""
+    """Both as probability arrays on one backend and in one tier (Fractions mixed with floats
+    give float64), over one vocabulary, with leading shapes that broadcast (else InputError
+    naming the input); ``r`` may sum to less than 1, and so may ``p`` unless ``p_sums_to_one``."""
     if not check:
         return p, r
     p = as_prob_array(p, names[0], allow_sub_stochastic=not p_sums_to_one)
     r = as_prob_array(r, names[1], allow_sub_stochastic=True)
-    p, r = same_backend(p, r, names)
+    p, r = common_tier(*same_backend(p, r, names))
     if p.shape[-1] != r.shape[-1]:
         raise InputError(
             f"{names[0]} and {names[1]} must share the last axis (the target vocabulary): "

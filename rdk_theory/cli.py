@@ -72,7 +72,7 @@ def build_parser() -> argparse.ArgumentParser:
         try:
             register = ep.load()
         except ImportError as exc:  # a plugin whose optional dependencies are missing
-            print(f"warning: command '{ep.name}' unavailable: {exc}", file=sys.stderr)
+            print(_one_line(f"warning: command '{ep.name}' unavailable: {exc}"), file=sys.stderr)
             continue
         register(sub)
     parser.set_defaults(command_names=tuple(sub.choices))  # named when no COMMAND is given

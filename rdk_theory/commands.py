@@ -10,6 +10,7 @@ import numpy as np
 from .acceptance import acceptance_rate, oov_cap
 from .case import (CASE_KEYS, KERNEL_CHOICES, kernel_options_used, kernels_for, load_case,
                    marginal_is_identity)
+from .cli import _one_line
 from .proposals import SAMPLERS, build_proposals
 from .sampling import COUNT_CHUNK, sample_counts
 from .validation import KERNEL_ATOL, NEG_ATOL, PROB_ATOL, InputError, int_at_least
@@ -78,18 +79,19 @@ def warn_ignored_options(args, context: str, used: dict, case=None) -> None:
     unchanged: the option is ignored, as before, but no longer silently. With ``case`` (read
     from ``args.case``), also a line naming the arrays of the file that are not part of a
     case, and one when ``--lam`` sets a marginal kernel that is the identity on that case
-    whatever its weight."""
+    whatever its weight. A line break in the file's name is written as its escape
+    (:func:`rdk_theory.cli._one_line`, as in an error), so each warning is one line."""
     if case is not None and case.ignored_keys:
-        print(f"warning: {args.case}: ignoring arrays {list(case.ignored_keys)} (a case holds "
-              f"{', '.join(CASE_KEYS)})", file=sys.stderr)
+        print(_one_line(f"warning: {args.case}: ignoring arrays {list(case.ignored_keys)} (a "
+                        f"case holds {', '.join(CASE_KEYS)})"), file=sys.stderr)
     for opt, role in _ROLES.items():
         if getattr(args, opt[2:]) is not None and not used[opt]:
-            print(f"warning: {opt} is ignored with {context}: {role}", file=sys.stderr)
+            print(_one_line(f"warning: {opt} is ignored with {context}: {role}"), file=sys.stderr)
     if (used["--lam"] and args.lam is not None and args.lam != 0 and case is not None
             and marginal_is_identity(case)):
-        print(f"warning: --lam {args.lam:g} has no effect: the marginal kernel is the identity "
-              "on this case (no calibration mass outside I), so exact RDK equals TLI",
-              file=sys.stderr)
+        print(_one_line(f"warning: --lam {args.lam:g} has no effect: the marginal kernel is the "
+                        "identity on this case (no calibration mass outside I), so exact RDK "
+                        "equals TLI"), file=sys.stderr)
 
 
 def cmd_acceptance(args) -> int:

@@ -45,7 +45,7 @@ from .acceptance import acceptance_rate
 from .kernels import _centred_factor, _DeviceCache, check_width
 from ._fused import _F64
 from .validation import (InputError, as_calibration, as_count, as_real_array, as_real_tensor,
-                         check_broadcast, check_tau, same_backend)
+                         check_broadcast, check_tau, common_tier, same_backend)
 
 
 def _plain(x) -> bool:
@@ -290,8 +290,10 @@ class FirstOrderCovarianceKernel:
         if not engine and _triton.usable(self, q_prime, target_probs):
             return _triton.first_order(self, q_prime, target_probs, normalise=normalise)
         out = self.transport(q_prime, normalise=normalise)
-        # mixed numpy/torch input: the acceptance is computed on the tensor's device
-        return out, acceptance_rate(*same_backend(target_probs, out, ("target_probs", "q_prime")),
+        # mixed numpy/torch input: the acceptance is computed on the tensor's device; an exact
+        # target with this float proposal: in float64
+        return out, acceptance_rate(*common_tier(*same_backend(target_probs, out,
+                                                               ("target_probs", "q_prime"))),
                                     check=False)
 
     def _input(self, q_prime):

@@ -27,6 +27,7 @@ from __future__ import annotations
 
 import functools
 import numbers
+from fractions import Fraction
 
 import numpy as np
 
@@ -307,14 +308,16 @@ class MarginalKernel:
 
         ``lam=None`` uses ``mu(OOV)``, the average target mass outside ``I`` (the mass TLI can
         never place). When OOV is empty or carries no calibration mass, the kernel is the
-        identity (``lam = 0``).
+        identity (``lam = 0``). ``Fraction`` rows give an exact kernel (``w`` Fractions,
+        ``lam`` a Fraction unless a float ``lam`` is given); float rows a float64 one.
         """
         mu, mass = cls.calibration_oov_mass(calibration_probs, vocab_map)
-        oov = vocab_map.oov
-        w = np.zeros(vocab_map.n_target)
+        oov, n = vocab_map.oov, vocab_map.n_target
+        exact = mu.dtype == object
+        w = np.zeros(n, dtype=object if exact else np.float64)  # exact: Python int zeros
         if mass <= 0:
-            w[:] = 1.0 / vocab_map.n_target
-            return cls(w, 0.0)
+            w[:] = Fraction(1, n) if exact else 1.0 / n
+            return cls(w, 0 if exact else 0.0)
         w[oov] = mu[oov] / mass
         # rows normalised within tolerance (or a sum's round-off, 1 + 2^-52 when I is empty)
         # can put mu(OOV) a hair above 1: the mass TLI cannot place is at most all of it
@@ -323,11 +326,15 @@ class MarginalKernel:
     @staticmethod
     def calibration_oov_mass(calibration_probs, vocab_map):
         """``(mu, mu(OOV))``: the calibration mean (N_T,) and its mass outside ``I`` (0 when
-        OOV is empty). Where that mass is 0, :meth:`from_calibration` gives the identity,
-        whatever ``lam``."""
+        OOV is empty); exact (Fractions) for ``Fraction`` rows, float64 otherwise. Where that
+        mass is 0, :meth:`from_calibration` gives the identity, whatever ``lam``."""
         check_vocab_map(vocab_map)
-        mu = as_calibration(calibration_probs, n_target=vocab_map.n_target).mean(axis=0)
+        cal = as_calibration(calibration_probs, n_target=vocab_map.n_target)
         oov = vocab_map.oov
+        if cal.dtype == object:  # a Fraction times the sums: numpy's mean of ints is a float
+            mu = cal.sum(axis=0) * Fraction(1, cal.shape[0])
+            return mu, (Fraction(mu[oov].sum()) if oov.size else Fraction(0))
+        mu = cal.mean(axis=0)
         return mu, (float(mu[oov].sum()) if oov.size else 0.0)
 
     def transport(self, q_prime):
@@ -343,7 +350,9 @@ class MarginalKernel:
         return np.array([(1 - self.lam) + self.lam * self.w.sum()])
 
     def dense(self):
-        return (1 - self.lam) * np.eye(self.n) + self.lam * np.outer(np.ones(self.n), self.w)
+        """``M`` as an (N_T, N_T) array: Fractions for an exact kernel, else float64."""
+        eye = np.eye(self.n, dtype=self.w.dtype)  # an object eye holds the ints 0 and 1
+        return settled((1 - self.lam) * eye + self.lam * np.tile(self.w, (self.n, 1)))
 
 
 def calibration_covariance(calibration_probs):

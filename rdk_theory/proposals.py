@@ -21,7 +21,7 @@ from __future__ import annotations
 
 from . import _backend as B
 from .acceptance import acceptance_rate
-from .validation import InputError, as_prob_array, check_broadcast, same_backend
+from .validation import InputError, as_prob_array, check_broadcast, common_tier, same_backend
 from .vocab import check_vocab_map
 
 SAMPLERS = ("vanilla", "tli", "rdk_exact", "rdk_first_order")
@@ -96,8 +96,8 @@ def rdk_proposal_with_acceptance(target_probs, draft_probs, vocab_map, kernel, *
         return kernel.transport_with_acceptance(vanilla_proposal(q, vocab_map, check=False),
                                                 target_probs, normalise=True)
     out = kernel.transport(tli_proposal(q, vocab_map, check=False))
-    return out, acceptance_rate(*same_backend(target_probs, out, ("target_probs", "proposal")),
-                                check=False)
+    p, r = common_tier(*same_backend(target_probs, out, ("target_probs", "proposal")))
+    return out, acceptance_rate(p, r, check=False)  # Fractions with floats: float64
 
 
 def _check_kernel(kernel, vocab_map, name, *, optional: bool = False):

@@ -276,7 +276,8 @@ def sample_counts(target_probs, proposal, n: int, rng, *, chunk: int = COUNT_CHU
     """:func:`sample_steps` for any ``n`` in bounded memory: ``(counts, accepted)``.
 
     The ``n`` steps are drawn ``chunk`` at a time (one call of :func:`sample_steps` each,
-    the same generator throughout), so memory stays at one chunk's arrays. ``counts`` is how
+    the same generator throughout), so memory stays at one chunk's arrays (a chunk of more
+    than :data:`MAX_STEPS` steps is an InputError when ``n`` fills it). ``counts`` is how
     often each target id was emitted, (N_T,) int64; ``accepted`` how many drafts were
     accepted, an int. For ``n <= chunk`` the draws are exactly those of
     ``sample_steps(p, r, n, rng)``. ``progress``: a bar on stderr (None: when it is a terminal).
@@ -288,6 +289,10 @@ def sample_counts(target_probs, proposal, n: int, rng, *, chunk: int = COUNT_CHU
     from ._progress import progress as bar
 
     n, chunk = as_count(n, "n"), as_count(chunk, "chunk", 1)
+    if min(n, chunk) > MAX_STEPS:  # sample_steps' own message would send the caller here
+        raise InputError(f"chunk = {chunk}: {min(n, chunk):,} steps would be held in memory at "
+                         f"once (at least 17 bytes each); a chunk takes at most {MAX_STEPS:,}: "
+                         f"leave chunk at its default ({COUNT_CHUNK:,}) or choose a smaller one")
     counts, accepted = None, 0
     blocks = max(1, -(-n // chunk))  # n = 0: one empty draw, which validates the inputs
     sizes = (min(chunk, n - i * chunk) for i in range(blocks))  # lazily: flat for any n

@@ -18,6 +18,7 @@ Conventions (written down once, enforced here):
 """
 from __future__ import annotations
 
+import functools
 import numbers
 import operator
 
@@ -48,8 +49,9 @@ def as_prob_array(x, name: str, *, allow_sub_stochastic: bool = False, atol: flo
 
     numpy object arrays of exact numbers (``Fraction``, Python or numpy ints) are checked
     exactly; torch tensors are checked on their own device (integer and bool tensors as
-    float64, as numpy reads them); anything else becomes float64 numpy (an object array that
-    mixes floats with Fractions too).
+    float64, as numpy reads them; float8 tensors as float32, within their dtype's eps as for
+    float16); anything else becomes float64 numpy (an object array that mixes floats with
+    Fractions too).
     """
     if _is_torch(x):
         return _check_torch_probs(x, name, allow_sub_stochastic, atol)
@@ -148,10 +150,13 @@ def rational_array(x, name: str) -> np.ndarray | None:
     return python_ints(arr) if is_rational_array(arr) else None
 
 
-def common_tier(a: np.ndarray, b: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """Two host arrays in one arithmetic tier: both as they are when both are exact (object
-    arrays of Fractions) or both floats; one of each gives both as float64 (Fractions mixed
-    with floats give floats, as in Python)."""
+def common_tier(a, b):
+    """Two arrays in one arithmetic tier: both as they are when both are exact (object arrays
+    of Fractions) or both floats; one of each gives both as float64 (Fractions mixed with
+    floats give floats, as in Python). Anything but two numpy arrays (tensors) is returned
+    as it is."""
+    if not (isinstance(a, np.ndarray) and isinstance(b, np.ndarray)):
+        return a, b
     if (a.dtype == object) != (b.dtype == object):
         return a.astype(np.float64), b.astype(np.float64)
     return a, b
@@ -235,7 +240,10 @@ def as_count(value, name: str, lo: int = 0) -> int:
         try:
             out = operator.index(value)
         except TypeError:  # a whole float or Fraction (1e5, Fraction(2)) is its integer
-            if isinstance(value, numbers.Real) and float(value).is_integer():
+            if isinstance(value, numbers.Rational):  # exactly: float() overflows beyond 1e308
+                if value.denominator == 1:
+                    out = int(value)
+            elif isinstance(value, numbers.Real) and float(value).is_integer():
                 out = int(value)
     if out is None or out < lo:
         raise InputError(f"{name} must be an integer >= {lo}, got {value!r}")
@@ -333,10 +341,28 @@ def _is_torch(x) -> bool:
 
 def _check_tensor(x, name) -> None:
     """InputError for a torch tensor this package cannot read: complex (the tensor twin of
-    :func:`as_real_array`'s check), or one :func:`check_dense_tensor` refuses."""
+    :func:`as_real_array`'s check), of a one-byte floating dtype that is not a float8 number
+    format (:func:`_unreadable`), or one :func:`check_dense_tensor` refuses."""
     check_dense_tensor(x, name)
     if x.is_complex():
         raise InputError(f"{name} must hold real numbers, got {x.dtype}")
+    if x.is_floating_point() and x.element_size() == 1 and (why := _unreadable(x.dtype)):
+        raise InputError(f"{name} has dtype {x.dtype}, {why}")
+
+
+@functools.cache
+def _unreadable(dtype) -> str | None:
+    """Why tensors of the one-byte floating ``dtype`` cannot be read as real numbers, or None
+    (float8_e4m3fn, float8_e5m2 and their fnuz forms: read as float32, :func:`_computable`)."""
+    import torch
+
+    try:
+        torch.empty(1, dtype=dtype).to(torch.float32)
+    except (NotImplementedError, RuntimeError):  # float4_e2m1fn_x2: two numbers a byte
+        return "which torch cannot convert (a packed format): unpack it to float32 first"
+    if torch.finfo(dtype).eps >= 1:  # float8_e8m0fnu: an exponent alone
+        return "a scale format (powers of two only, no zero): it cannot hold probabilities"
+    return None
 
 
 def check_dense_tensor(x, name) -> None:
@@ -357,9 +383,22 @@ def _strided():
 
 def as_real_tensor(x, name: str):
     """A torch tensor of real numbers, on its own device: complex refused, integer or bool
-    entries as float64 (as :func:`as_real_array` makes them); floating point kept as it is."""
+    entries as float64 (as :func:`as_real_array` makes them); float8 as float32
+    (:func:`_computable`); other floating point kept as it is."""
     _check_tensor(x, name)
-    return x if x.is_floating_point() else x.double()
+    return _computable(x) if x.is_floating_point() else x.double()
+
+
+def _computable(x):
+    """A floating-point tensor, or for a float8 one (``float8_e4m3fn``, ``float8_e5m2``, ...)
+    its float32 copy: torch has almost no operations on float8 (no comparison, ``isfinite``,
+    ``minimum`` or sum in its own dtype), so such rows are computed in float32 (float16 and
+    bfloat16 rows, which torch computes with, keep their own dtype)."""
+    if x.element_size() == 1:  # every one-byte floating dtype is a float8 format
+        import torch
+
+        return x.to(torch.float32)
+    return x
 
 
 def _check_torch_probs(x, name, allow_sub_stochastic, atol):
@@ -370,11 +409,13 @@ def _check_torch_probs(x, name, allow_sub_stochastic, atol):
         raise InputError(f"{name} must have a non-empty last axis, got shape {tuple(x.shape)}")
     if not x.is_floating_point():  # integer and bool tensors: float64, as numpy reads them
         x = x.to(torch.float64)
+    # a half-precision softmax misses 1 by its rounding (bf16: <= eps / 2 in all; fp16 also
+    # flushes entries below 6e-8 to 0, which over a long tail can miss by more: upcast);
+    # float8 rows likewise by theirs (eps 0.125 or 0.25), and are then read as float32
+    atol = rounding_atol(x, atol)
+    x = _computable(x)
     if not torch.isfinite(x).all():
         raise InputError(f"{name} has a non-finite value")
-    # a half-precision softmax misses 1 by its rounding (bf16: <= eps / 2 in all; fp16 also
-    # flushes entries below 6e-8 to 0, which over a long tail can miss by more: upcast)
-    atol = rounding_atol(x, atol)
     if (x < 0).any():
         if (x < -NEG_ATOL).any():
             raise InputError(f"{name} has a negative probability (min {x.min().item()!r}, "

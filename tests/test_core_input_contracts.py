@@ -536,3 +536,142 @@ def test_the_progress_bar_is_off_when_there_is_no_stderr(monkeypatch):
     monkeypatch.setattr(sys, "stderr", None)
     counts, accepted = rt.sample_counts([0.5, 0.5], [0.9, 0.1], 10, np.random.default_rng(0))
     assert counts.sum() == 10 and 0 <= accepted <= 10
+
+
+def test_acceptance_of_fractions_with_floats_is_float64_not_an_object_array():
+    """A Fraction target with a float proposal gave a Python float (one row) or an object array
+    of Python floats (several), which numpy's ufuncs and torch refuse;
+    rdk_proposal_with_acceptance returned such an alpha too (also on the first-order kernel's
+    path). Now float64, as Fractions mixed with floats are everywhere else; all exact stays
+    exact."""
+    F = Fraction
+    p = np.array([[F(1, 3), F(2, 3), F(0)], [F(1, 2), F(1, 2), F(0)]], dtype=object)
+    r = np.array([[0.5, 0.25, 0.25], [0.2, 0.3, 0.5]])
+    for f in (rt.acceptance_rate, rt.residual, rt.step_output_law, rt.total_variation):
+        for a, b in ((p, r), (r, p), (p[0], r[0])):
+            got = f(a, b)
+            assert np.asarray(got).dtype == np.float64, f.__name__
+            assert_close(got, f(np.asarray(a, dtype=float), np.asarray(b, dtype=float)))
+    assert np.isfinite(rt.acceptance_rate(p, r)).all()
+    assert rt.acceptance_rate(p, p[::-1]).tolist() == [F(5, 6)] * 2  # exact with exact
+    vm = rt.VocabMap(3, np.array([0, 2]))
+    q, q_exact = np.array([[0.5, 0.5], [0.2, 0.8]]), np.array([[F(1, 2)] * 2] * 2, dtype=object)
+    cal = np.random.default_rng(0).dirichlet(np.ones(3), 4)
+    for kernel in (rt.IdentityKernel(), rt.FirstOrderCovarianceKernel(cal, 1.0)):
+        for target, draft in ((p, q), (r, q_exact)):
+            alpha = rt.rdk_proposal_with_acceptance(target, draft, vm, kernel)[1]
+            assert alpha.dtype == np.float64, type(kernel).__name__
+    for engine in ("numpy", "auto"):  # the first-order kernel called directly, too
+        kernel = rt.FirstOrderCovarianceKernel(cal, 1.0, engine=engine)
+        assert np.asarray(kernel.transport_with_acceptance(r, p)[1]).dtype == np.float64
+    _, alpha = rt.rdk_proposal_with_acceptance(p, q_exact, vm, rt.IdentityKernel())
+    assert alpha.tolist() == [F(1, 3), F(1, 2)]
+
+
+def test_marginal_kernel_of_fraction_calibration_rows_is_exact():
+    """from_calibration built w as float64 and lam as a float from Fraction rows, so exact RDK
+    with the marginal kernel silently became float64. Now w, lam and dense() are exact (int
+    rows too, whose numpy mean was a float); a float q', target or lam gives float64."""
+    F = Fraction
+    cal = np.array([[F(1, 2), F(1, 4), F(1, 4)], [F(1, 4), F(1, 4), F(1, 2)]], dtype=object)
+    vm = rt.VocabMap(3, np.array([0, 1]))
+    k = rt.MarginalKernel.from_calibration(cal, vm)
+    assert k.w.dtype == object and k.w.tolist() == [0, 0, 1]
+    assert type(k.lam) is F and k.lam == F(3, 8)
+    assert rt.MarginalKernel.calibration_oov_mass(cal, vm)[1] == F(3, 8)
+    q_exact = np.array([F(1, 3), F(2, 3)], dtype=object)
+    r = rt.rdk_proposal(q_exact, vm, k)
+    assert r.tolist() == [F(5, 24), F(5, 12), F(3, 8)]
+    assert k.dense().dtype == object and np.array_equal(rt.tli_proposal(q_exact, vm) @ k.dense(), r)
+    assert k.row_sums().tolist() == [1]
+    p_exact = np.array([F(1, 2), F(1, 4), F(1, 4)], dtype=object)
+    assert rt.rdk_proposal_with_acceptance(p_exact, q_exact, vm, k)[1] == F(17, 24)
+    # a float anywhere: float64, the numbers of the float kernel
+    floats = rt.MarginalKernel.from_calibration(cal.astype(float), vm)
+    q, q2 = np.array([0.2, 0.3, 0.5]), np.array([0.4, 0.6])
+    assert k.transport(q).dtype == np.float64
+    assert np.array_equal(k.transport(q), floats.transport(q))
+    assert rt.rdk_proposal(q2, vm, k).dtype == np.float64
+    assert k.transport(torch.tensor(q)).tolist() == floats.transport(q).tolist()
+    alpha = rt.rdk_proposal_with_acceptance(p_exact.astype(float), q_exact, vm, k)[1]
+    assert alpha.dtype == np.float64 and alpha == pytest.approx(17 / 24)
+    half = rt.MarginalKernel.from_calibration(cal, vm, lam=0.5)
+    assert half.transport(rt.tli_proposal(q_exact, vm)).dtype == np.float64
+    assert half.dense().dtype == np.float64
+    points = np.array([[1, 0, 0], [0, 0, 1]], dtype=object)  # exact rows of ints
+    assert type(rt.MarginalKernel.from_calibration(points, vm).lam) is F
+    ident = rt.MarginalKernel.from_calibration(cal, rt.VocabMap.identity(3))  # no OOV
+    assert ident.lam == 0 and ident.w.tolist() == [F(1, 3)] * 3
+    third = np.array([F(1, 3), F(2, 3), F(0)], dtype=object)
+    assert ident.transport(third).tolist() == third.tolist()
+    assert ident.transport(third).dtype == object
+
+
+def test_a_huge_fraction_count_is_an_input_error_not_an_overflow():
+    """as_count read a Fraction through float(), which overflows beyond 1e308: Fraction(10**400)
+    as n was an OverflowError traceback. Now a whole Fraction is its integer (too large: the
+    int64 bound's message) and any other one not an integer."""
+    p, rng = np.array([0.5, 0.5]), np.random.default_rng(0)
+    with pytest.raises(rt.InputError, match=r"n must be an integer <= 2\^63 - 1"):
+        rt.sample_counts(p, p, Fraction(10**400), rng)
+    with pytest.raises(rt.InputError, match="n must be an integer >= 0"):
+        rt.sample_counts(p, p, Fraction(10**400, 3), rng)
+    for bad in (Fraction(-10**400), Fraction(5, 2)):
+        with pytest.raises(rt.InputError, match="x must be an integer >= 0"):
+            as_count(bad, "x")
+    assert as_count(Fraction(6, 3), "x") == 2
+
+
+def test_the_ignored_arrays_warning_is_one_line_for_a_file_name_with_a_line_break(tmp_path,
+                                                                                    capsys):
+    """The warning printed the file name as given: 'ex\\ntra.npz' split it over two lines of
+    stderr, where errors escape line breaks (cli._one_line). Now one 'warning: ...' line."""
+    from rdk_theory.cli import main
+
+    rng = np.random.default_rng(0)
+    path = tmp_path / "ex\ntra.npz"
+    np.savez(path, target_probs=rng.dirichlet(np.ones(4), 2),
+             draft_probs=rng.dirichlet(np.ones(3), 2), draft_to_target=np.array([0, 1, -1]),
+             ids=np.arange(3))
+    assert main(["acceptance", str(path), "--json"]) == 0
+    err = capsys.readouterr().err
+    assert err.splitlines() == [err.rstrip("\n")] and err.startswith("warning: ")
+    assert "ex\\ntra.npz: ignoring arrays ['ids']" in err
+
+
+@pytest.mark.parametrize("dtype", ["float8_e4m3fn", "float8_e5m2"])
+def test_float8_tensors_are_read_as_float32(dtype):
+    """torch has no isfinite, comparison, minimum or sum for float8 tensors: acceptance_rate
+    and the samplers raised torch's NotImplementedError. Now they are read as float32 (after
+    checking their sums within the dtype's eps, as for float16), and the float formats torch
+    cannot read as numbers are InputErrors naming the dtype."""
+    dtype = getattr(torch, dtype)
+    p, q = torch.tensor([0.25, 0.75]).to(dtype), torch.tensor([0.5, 0.5]).to(dtype)
+    got = rt.acceptance_rate(p, q)
+    assert got.dtype == torch.float32 and float(got) == 0.75
+    assert rt.residual(p, q).tolist() == [0.0, 1.0]
+    vm, kernel = rt.VocabMap(3, [0, 2]), rt.DenseKernel(np.eye(3))
+    r, alpha = rt.rdk_proposal_with_acceptance(torch.tensor([0.5, 0.25, 0.25]).to(dtype), q, vm,
+                                               kernel)
+    assert r.tolist() == [0.5, 0.0, 0.5] and float(alpha) == 0.75
+    assert kernel.transport(r.to(dtype)).dtype == torch.float32
+    counts, accepted = rt.sample_counts(p, p, 100, torch.Generator().manual_seed(0))
+    assert counts.sum() == 100 and accepted == 100
+    with pytest.raises(rt.InputError, match="target_probs must sum to 1"):
+        rt.acceptance_rate(torch.tensor([0.25, 0.25]).to(dtype), q)
+    for name, what in (("float8_e8m0fnu", "a scale format"), ("float4_e2m1fn_x2", "packed")):
+        if hasattr(torch, name):  # powers of two alone; two numbers a byte
+            odd = torch.tensor([0, 1], dtype=torch.uint8).view(getattr(torch, name))
+            with pytest.raises(rt.InputError, match=f"has dtype torch.{name}, .*{what}"):
+                rt.acceptance_rate(odd, odd)
+
+
+def test_sample_counts_names_its_own_chunk_when_a_chunk_is_too_large():
+    """A chunk above MAX_STEPS reached sample_steps, whose message told the caller (already in
+    sample_counts) to 'use sample_counts'. Now the message names chunk; a large chunk with a
+    small n still runs."""
+    p, rng = np.array([0.5, 0.5]), np.random.default_rng(0)
+    with pytest.raises(rt.InputError, match="chunk = 2199023255552") as info:
+        rt.sample_counts(p, p, 2**41, rng, chunk=2**41)
+    assert "use sample_counts" not in str(info.value)
+    assert rt.sample_counts(p, p, 10, rng, chunk=2**41)[0].sum() == 10
