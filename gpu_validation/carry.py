@@ -14,10 +14,10 @@ Exit status: 0 on success, 2 on a bad input or a failed check (``error: ...`` on
 """
 from __future__ import annotations
 
-import argparse
 import hashlib
 import json
 import os
+import re
 import sys
 from pathlib import Path
 
@@ -70,18 +70,25 @@ def split(path, out_dir, chunk_mib: float = 60) -> dict:
 def join(chunk_dir, out_path, expected_sha256: str | None = None) -> Path:
     """Concatenate the chunks of ``chunk_dir``'s manifest into ``out_path``; check every hash.
 
-    ``expected_sha256`` (optional) must also equal the manifest's whole-file hash, so a
-    manifest carried together with the wrong chunks cannot vouch for them. The bytes go to
+    ``expected_sha256`` (optional: None for no pin) must also equal the manifest's whole-file
+    hash, so a manifest carried together with the wrong chunks cannot vouch for them. It is read
+    in any case, around white space; anything but 64 hexadecimal digits is an error, the empty
+    string included (a failed ``--sha256 "$(...)"`` in a script, not a missing pin). The bytes go to
     ``out_path.partial`` first: on any error that file is removed and ``out_path`` is left as
     it was (absent, or a file that was already there).
     """
     chunk_dir, out_path = Path(chunk_dir), Path(out_path)
+    if expected_sha256 is not None:  # '' skipped the check, an uppercase hash failed it
+        pin = expected_sha256.strip().lower()
+        if not re.fullmatch(r"[0-9a-f]{64}", pin):
+            raise CarryError(f"--sha256 must be 64 hexadecimal digits, got {expected_sha256!r}")
+        expected_sha256 = pin
     try:
         manifest = json.loads((chunk_dir / MANIFEST).read_text())
     except (OSError, ValueError) as exc:
         raise CarryError(f"cannot read {chunk_dir / MANIFEST}: {exc}") from None
     _check_manifest(manifest, chunk_dir / MANIFEST)
-    if expected_sha256 and expected_sha256 != manifest["sha256"]:
+    if expected_sha256 is not None and expected_sha256 != manifest["sha256"]:
         raise CarryError(f"the manifest's SHA-256 {manifest['sha256']} is not the expected "
                          f"{expected_sha256}")
     out_path.parent.mkdir(parents=True, exist_ok=True)
@@ -126,9 +133,13 @@ def _check_manifest(manifest, where: Path) -> None:
 
 
 def main(argv=None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m gpu_validation.carry",
-                                     description=__doc__.split("\n\n")[0])
-    sub = parser.add_subparsers(dest="command", required=True)
+    # rdk-theory's parser: a usage error is one line 'error: ...', exit 2 (argparse's own
+    # printed the usage too)
+    from rdk_theory.cli import _Parser
+
+    parser = _Parser(prog="python -m gpu_validation.carry",
+                     description=__doc__.split("\n\n")[0])
+    sub = parser.add_subparsers(dest="command", required=True, parser_class=_Parser)
     s = sub.add_parser("split", help="FILE -> DIR/FILE.partNNN + DIR/manifest.json")
     s.add_argument("file", help="the file to cut into chunks")
     s.add_argument("dir", help="folder for the chunks and manifest.json (made if missing)")
@@ -136,7 +147,8 @@ def main(argv=None) -> int:
     j = sub.add_parser("join", help="DIR (chunks + manifest) -> OUT, hash-checked")
     j.add_argument("dir", help="a folder written by split")
     j.add_argument("out", help="the file to write (via OUT.partial, renamed once hash-checked)")
-    j.add_argument("--sha256", help="the hash the whole file must have (e.g. a registry pin)")
+    j.add_argument("--sha256", help="the hash the whole file must have, 64 hexadecimal digits "
+                                    "(e.g. a registry pin); an empty one is an error")
     args = parser.parse_args(argv)
     try:
         if args.command == "split":

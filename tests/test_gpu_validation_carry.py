@@ -229,3 +229,34 @@ def test_one_position_over_its_bound_fails_the_check(tmp_path, monkeypatch):
     info = save_laws(tmp_path / "laws.npz", ev, ca, 16)
     assert info["bound_holds"] is False
     assert info["alpha_abs_error_max"] > TOPK_ROUNDOFF
+
+
+def test_the_join_pin_is_read_case_blind_and_an_empty_or_malformed_one_is_an_error(tmp_path,
+                                                                                     capsys):
+    """An uppercase hash (or one with white space around it) was refused as 'not the
+    expected', and an empty --sha256 (a failed "$(registry sha256)" in gpu_recipe.sh) skipped
+    the check silently; now the pin is read case-blind, around white space, and anything but
+    64 hex digits is an error, with nothing left at OUT."""
+    m = _split(tmp_path)
+    out = carry.join(tmp_path / "c", tmp_path / "a.bin", f" {m['sha256'].upper()}\n")
+    assert out.read_bytes() == (tmp_path / "m.bin").read_bytes()
+    for bad in ("", " ", m["sha256"][:-1], m["sha256"] + "0", "g" * 64):
+        with pytest.raises(carry.CarryError,
+                           match=rf"^--sha256 must be 64 hexadecimal digits, got {bad!r}$"):
+            carry.join(tmp_path / "c", tmp_path / "b.bin", bad)
+        assert not (tmp_path / "b.bin").exists()
+    assert carry.main(["join", str(tmp_path / "c"), str(tmp_path / "b.bin"), "--sha256", ""]) == 2
+    assert capsys.readouterr().err == "error: --sha256 must be 64 hexadecimal digits, got ''\n"
+    assert not (tmp_path / "b.bin").exists()
+
+
+@pytest.mark.parametrize("argv", [[], ["split"], ["join", "d"], ["split", "a", "b", "--nope"],
+                                  ["split", "a", "b", "--chunk-mib", "x"]])
+def test_a_usage_error_is_one_error_line(capsys, argv):
+    """The module docstring promises 'error: ...' on stderr; plain argparse printed its
+    usage line first (two lines). Now rdk-theory's parser: one line, exit status 2."""
+    with pytest.raises(SystemExit) as exc:
+        carry.main(argv)
+    assert exc.value.code == 2
+    err = capsys.readouterr().err.splitlines()
+    assert len(err) == 1 and err[0].startswith("error: python -m gpu_validation.carry"), err
