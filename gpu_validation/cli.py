@@ -118,7 +118,10 @@ def add_run_arguments(p) -> None:
     p.add_argument("--hetero", action="store_true",
                    help="heterogeneous tokenizers instead: TLI maps between the target's and "
                         "each drafter's token lists (tokenizers only), |I|, matched fractions, "
-                        "and the target's OOV cap p(I) on the eval texts; writes hetero.json")
+                        "and the target's OOV cap p(I) on the eval texts; writes hetero.json. "
+                        "The study options (--quick, --kept, --positions, --steps, --topk, "
+                        "--e2e-kept, --e2e-tokens, --no-timing, --timing-sizes, --seed) do not "
+                        "apply to it and are refused")
     p.add_argument("--quick", action="store_true",
                    help="2 kept sizes, 256 positions, 1000 steps, short generation and timing")
     p.add_argument("--kept", help="comma-separated kept sizes K (default 65536,...,4096)")
@@ -137,13 +140,17 @@ def add_run_arguments(p) -> None:
                         "the exact tail mass, and check |alpha - alpha_topk| <= tail_p + tail_q")
     p.add_argument("--e2e-kept", help="kept sizes of the end-to-end generation "
                                       "(default: the largest and smallest of --kept)")
-    p.add_argument("--e2e-tokens", type=int_at_least(1),
-                   help="new tokens per prompt in generation")
+    p.add_argument("--e2e-tokens", type=int_at_least(1), metavar="N",
+                   help="new tokens per prompt in generation (default 96, 48 with --quick): at "
+                        "least N, since generation stops after the first round that reaches N, "
+                        "so up to gamma = 4 more; end-of-sequence tokens do not stop it (a "
+                        "fixed budget of verification rounds)")
     p.add_argument("--no-timing", action="store_true", help="skip the O(N) timing sweep")
     p.add_argument("--timing-sizes", help="comma-separated N of the timing sweep "
                                           "(default: 2K..152K on CPU, 4K..262K on CUDA)")
     p.add_argument("--fetch", action="store_true", help="fetch built-in models that are missing")
-    p.add_argument("--seed", type=int_at_least(0), default=0,
+    # default None, read as 0: --hetero tells a --seed given from none (it refuses one)
+    p.add_argument("--seed", type=int_at_least(0), default=None,
                    help="seed of the verification steps, the generation and the timing inputs "
                         "(default 0)")
     p.add_argument("--out", default="outputs/validation", help="default %(default)s")
@@ -159,8 +166,10 @@ def register_validate(sub) -> None:
 
 
 def _ints(text: str, name: str) -> tuple:
+    """``text`` as positive integers, a repeat once; an empty list or item ('', '4096,,1024',
+    '4096,') is refused (it was read as the default sizes, or skipped)."""
     try:
-        vals = tuple(int(v) for v in text.split(",") if v.strip())
+        vals = tuple(int(v) for v in text.split(","))
     except ValueError:
         raise InputError(f"{name} must be comma-separated integers, got {text!r}") from None
     if not vals or min(vals) < 1:
@@ -178,16 +187,16 @@ def config_from_args(args):
     from .harness import RunConfig
 
     kw = dict(target=_given(args.target, DEFAULT_TARGET), drafter=_given(args.drafter, DEFAULT_DRAFTER),
-              device=args.device, dtype=args.dtype, seed=args.seed, out=args.out,
+              device=args.device, dtype=args.dtype, seed=_given(args.seed, 0), out=args.out,
               fetch_missing=args.fetch, timing=not args.no_timing)
-    if args.kept:
+    if args.kept is not None:  # '' is a value, refused by _ints, not the default sizes
         kw["kept"] = _ints(args.kept, "--kept")
         kw["e2e_kept"] = tuple(sorted({max(kw["kept"]), min(kw["kept"])}, reverse=True))
-    if args.e2e_kept:
+    if args.e2e_kept is not None:
         kw["e2e_kept"] = _ints(args.e2e_kept, "--e2e-kept")
     if args.e2e_tokens is not None:
         kw["e2e_tokens"] = args.e2e_tokens
-    if args.timing_sizes:
+    if args.timing_sizes is not None:
         kw["timing_sizes"] = _ints(args.timing_sizes, "--timing-sizes")
     if args.topk is not None:
         kw["topk"] = args.topk
@@ -197,7 +206,8 @@ def config_from_args(args):
         kw["n_steps"] = args.steps
     _check_device(args.device)
     cfg = RunConfig.quick(**kw) if args.quick else RunConfig(**kw)
-    _check_kept_fits(cfg, given={"--kept": bool(args.kept), "--e2e-kept": bool(args.e2e_kept)})
+    _check_kept_fits(cfg, given={"--kept": args.kept is not None,
+                                 "--e2e-kept": args.e2e_kept is not None})
     return cfg
 
 
@@ -248,15 +258,38 @@ def cmd_validate(args) -> int:
     return 0 if report["all_checks_pass"] else 1
 
 
+#: The options of the main study, which ``--hetero`` does not read: (option, attribute).
+STUDY_OPTIONS = (("--quick", "quick"), ("--kept", "kept"), ("--positions", "positions"),
+                 ("--steps", "steps"), ("--topk", "topk"), ("--e2e-kept", "e2e_kept"),
+                 ("--e2e-tokens", "e2e_tokens"), ("--no-timing", "no_timing"),
+                 ("--timing-sizes", "timing_sizes"), ("--seed", "seed"))
+
+
+def _refuse_study_options(args) -> None:
+    """InputError naming the first study option given with ``--hetero`` (they were ignored,
+    even invalid ones: '--kept abc' ran, '--topk 5' wrote no laws.npz)."""
+    for opt, attr in STUDY_OPTIONS:
+        value = getattr(args, attr)
+        if value is not None and value is not False:  # not 'not in (None, False)': 0 == False
+            raise InputError(f"{opt} does not apply to --hetero (the heterogeneous-tokenizer "
+                             "study reads --target, --drafter, --device, --dtype, --fetch and "
+                             "--out)")
+
+
 def cmd_hetero(args) -> int:
     """``validate --hetero``: the heterogeneous-tokenizer study (see :mod:`.hetero`)."""
     from . import hetero
 
+    _refuse_study_options(args)
     _check_device(args.device)
     target = _given(args.target, HETERO_TARGET)
-    drafters = tuple(d for d in _given(args.drafter, ",".join(HETERO_DRAFTERS)).split(",") if d)
+    given = _given(args.drafter, ",".join(HETERO_DRAFTERS))
+    # each once, the target dropped (hetero.run drops it: a drafter list of the target alone
+    # printed an empty table, exit 0)
+    drafters = tuple(dict.fromkeys(d for d in given.split(",") if d and d != target))
     if not drafters:  # it loaded the target and printed an empty table, exit 0
-        raise InputError(f"--drafter {args.drafter!r} names no drafter vocabulary")
+        raise InputError(f"--drafter {given!r} names no drafter vocabulary other than the "
+                         "target")
     for spec in (target, *drafters):
         check_spec(spec, fetch_missing=args.fetch)
     with out_folder(args.out):  # checked before the study, removed if it fails while empty

@@ -158,9 +158,11 @@ DEFAULT_DRAFT_VOCABS = ("qwen2.5-coder-1.5b", "gemma-3-270m")
 def run(target: str = DEFAULT_TARGET, drafters=DEFAULT_DRAFT_VOCABS, *, out=None,
         device: str = "cpu", dtype: str = "auto", fetch_missing: bool = False,
         log=print) -> dict:
-    """The heterogeneous-tokenizer study; writes ``hetero.json`` to ``out`` when given.
+    """The heterogeneous-tokenizer study; writes ``hetero.json`` to ``out`` when given (a new
+    file renamed onto that name: never through a symbolic link there, never half-written).
 
-    1. loads the tokenizers of ``target`` and every drafter (no drafter weights);
+    1. loads the tokenizers of ``target`` and every drafter (no drafter weights); a drafter
+       equal to the target is left out, a repeated one is read once;
     2. builds ``bytes`` and ``marker`` maps for every ordered pair of these tokenizers and
        records |I| and the matched fractions;
     3. teacher-forces the ``target`` model on the evaluation texts and records, for each
@@ -170,10 +172,13 @@ def run(target: str = DEFAULT_TARGET, drafters=DEFAULT_DRAFT_VOCABS, *, out=None
     import json
     from pathlib import Path
 
+    from rdk_theory._outdir import write_replacing
+
     from . import collect, models
     from .harness import _json_default, environment
 
     t0 = time.perf_counter()
+    drafters = tuple(dict.fromkeys(drafters))  # a repeat once (its rows were written twice)
     names = [target] + [d for d in drafters if d != target]
     lists = {n: load_token_list(n, fetch_missing=fetch_missing, log=log) for n in names}
     pairs = []
@@ -223,8 +228,9 @@ def run(target: str = DEFAULT_TARGET, drafters=DEFAULT_DRAFT_VOCABS, *, out=None
     }
     if out is not None:
         Path(out).mkdir(parents=True, exist_ok=True)
-        (Path(out) / "hetero.json").write_text(json.dumps(report, indent=1,
-                                                          default=_json_default))
+        text = json.dumps(report, indent=1, default=_json_default)
+        # as harness._write: plain write_text wrote through a symbolic link at the name
+        write_replacing(str(Path(out) / "hetero.json"), lambda tmp: Path(tmp).write_text(text))
     return report
 
 

@@ -421,13 +421,16 @@ def _load_truncated(spec: str, **kw) -> LoadedModel:
 
 
 def load_tokenizer(spec: str, *, fetch_missing: bool = False, log=print):
-    """``(tokenizer, info)`` of a built-in name, hub id / local directory or ``.gguf`` file.
+    """``(tokenizer, info)`` of a built-in name, hub id / local directory or ``.gguf`` file, or
+    of ``truncated:LAYERS:MODEL`` (its base MODEL's tokenizer: truncating keeps it).
 
     Only the tokenizer is built (no weights are read): a built-in name uses its bf16 cache when
     present, else its verified GGUF (transformers reads the vocabulary from the GGUF metadata).
     """
     from transformers import AutoTokenizer
 
+    if spec.startswith("truncated:"):  # the whole spec went to transformers as a hub id
+        return load_tokenizer(parse_truncated(spec)[1], fetch_missing=fetch_missing, log=log)
     builtin = get_builtin(spec)
     if builtin is None:
         path = Path(spec).expanduser()

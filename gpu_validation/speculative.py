@@ -79,7 +79,14 @@ def _draft(r, rng) -> int:
 
 def generate(target, drafter, prompt_ids, vocab_map, make_proposal, *, gamma: int = 4,
              max_new_tokens: int = 64, rng, device: str = "cpu") -> dict:
-    """Speculative sampling; ``make_proposal(q_kept (K,)) -> r (N_T,)`` is the sampler."""
+    """Speculative sampling; ``make_proposal(q_kept (K,)) -> r (N_T,)`` is the sampler.
+
+    Length: at least ``max_new_tokens`` new tokens. Generation stops after the first round
+    that reaches ``max_new_tokens``, so a round may add up to ``gamma`` more (a round adds 1 to
+    ``gamma + 1`` tokens); end-of-sequence tokens do not stop it (a fixed budget of
+    verification rounds). The output is not cut back to ``max_new_tokens``, and the rule is a
+    stopping time, so the statistics of the record are unaffected.
+    """
     tgt, drf = _Cached(target, device), _Cached(drafter, device)
     tokens = list(prompt_ids)
     start = len(tokens)

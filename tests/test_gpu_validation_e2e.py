@@ -338,3 +338,36 @@ def test_a_proposal_with_a_non_finite_entry_is_an_error_not_an_absent_draft(bad)
         speculative.generate(_ContextFree(p), _ContextFree(np.full(4, 0.25)), [0],
                              VocabMap.identity(4), lambda qk: r, gamma=3, max_new_tokens=3,
                              rng=np.random.default_rng(0))
+
+
+def test_generation_length_is_at_least_n_and_at_most_gamma_more_and_eos_does_not_stop_it():
+    """The documented length law (behaviour kept: committed results stay reproducible): the
+    length is checked between rounds only, so ``new_tokens`` lies in [N, N + gamma] (with
+    p = q every draft is accepted and a round adds gamma + 1: N = 1, gamma = 4 gives 5), and
+    an end-of-sequence token (id 0 here, p = 0.7) does not stop generation. --e2e-tokens'
+    help said only 'new tokens per prompt in generation'; now it states this law."""
+    import argparse
+
+    from gpu_validation.cli import add_run_arguments
+
+    p, q = np.array([0.7, 0.1, 0.1, 0.1]), np.array([0.4, 0.3, 0.2, 0.1])
+    vm = VocabMap.identity(4)
+    for gamma in (1, 4):
+        for n in (1, 3, 8):
+            for seed in range(20):
+                target = _ContextFree(p)
+                target.tokenizer.eos_token_id = 0
+                g = speculative.generate(target, _ContextFree(q), [1], vm, np.asarray,
+                                         gamma=gamma, max_new_tokens=n,
+                                         rng=np.random.default_rng(seed))
+                assert n <= g["new_tokens"] <= n + gamma, (gamma, n, seed, g["new_tokens"])
+                if n == 8:  # some EOS before the last round: it did not stop the generation
+                    assert 0 in g["tokens"][:n - gamma - 1], (gamma, seed, g["tokens"])
+    g = speculative.generate(_ContextFree(p), _ContextFree(p), [1], vm, np.asarray, gamma=4,
+                             max_new_tokens=1, rng=np.random.default_rng(0))
+    assert g["new_tokens"] == 5 and g["target_calls"] == 1
+    parser = argparse.ArgumentParser()
+    add_run_arguments(parser)
+    text = " ".join(parser.format_help().split())
+    assert ("at least N, since generation stops after the first round that reaches N, so up "
+            "to gamma = 4 more; end-of-sequence tokens do not stop it") in text

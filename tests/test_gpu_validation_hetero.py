@@ -311,3 +311,23 @@ def test_token_list_from_tokenizer_reads_special_ids_from_both_sources():
     assert tl.padded(6).text_ids == tl.text_ids
     text = hetero.TokenList("d", ["<s>", "Ġthe"])
     assert hetero.build_map(text, tl).draft_to_target.tolist() == [-1, 2]
+
+
+@pytest.mark.parametrize("option", ["--kept", "--e2e-kept", "--timing-sizes"])
+@pytest.mark.parametrize("value", ["", " ", "4096,,1024", "4096,", ",4096"])
+def test_an_empty_size_list_or_item_is_refused_naming_the_option(option, value):
+    """An empty list meant the default sizes ('if args.kept:'), and an empty item was skipped
+    ('4096,,1024' read as (4096, 1024)); now both are refused in one line."""
+    with pytest.raises(InputError, match=rf"^{option} must be comma-separated integers, "
+                                         rf"got {value!r}$"):
+        _config(option, value)
+
+
+def test_an_empty_size_list_is_one_error_line_on_the_command_line(capsys):
+    """Refused before the models are looked at (missing ones here: the old code, reading ''
+    as the default sizes, stopped at them instead of loading anything)."""
+    from rdk_theory.cli import main
+
+    missing = "./no/such/model.gguf"
+    assert main(["validate", "--kept", "", "--target", missing, "--drafter", missing]) == 2
+    assert capsys.readouterr().err == "error: --kept must be comma-separated integers, got ''\n"

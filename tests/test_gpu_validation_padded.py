@@ -115,3 +115,43 @@ def test_the_report_names_the_dtype_auto_resolved_to(tiny, tmp_path):
     report = json.loads((out / "report.json").read_text())
     assert report["settings"]["dtype"] == "auto"
     assert report["dtype"] == report["models"]["target"]["dtype"] == "float32"
+
+
+def test_hetero_reads_a_repeated_drafter_once_and_leaves_the_target_out(tiny, tmp_path):
+    """``drafters`` (wide, wide, narrow) with target narrow: one drafter. The repeat was
+    studied twice (its rows twice in the table and in hetero.json); now once."""
+    report = hetero.run(tiny["narrow"], [tiny["wide"], tiny["wide"], tiny["narrow"]],
+                        out=tmp_path, dtype="float32", log=lambda *a: None)
+    assert [(r["drafter"], r["target"]) for r in report["pairs"]] == [
+        (tiny["narrow"], tiny["wide"]), (tiny["wide"], tiny["narrow"])]
+    assert [c["drafter_vocab"] for c in report["oov_caps"]] == [tiny["wide"]]
+    assert json.loads((tmp_path / "hetero.json").read_text())["pairs"] == report["pairs"]
+
+
+def test_hetero_json_replaces_a_symbolic_link_instead_of_writing_through_it(tiny, tmp_path):
+    """A link at out/hetero.json: the report was written through it (plain write_text,
+    overwriting the file it points to); now a new file replaces the link, as the main run's
+    outputs (rdk_theory._outdir.write_replacing), and no temporary file is left."""
+    precious = tmp_path / "precious.txt"
+    precious.write_text("precious")
+    out = tmp_path / "h"
+    out.mkdir()
+    (out / "hetero.json").symlink_to(precious)
+    report = hetero.run(tiny["narrow"], [tiny["wide"]], out=out, dtype="float32",
+                        log=lambda *a: None)
+    assert precious.read_text() == "precious"
+    assert not (out / "hetero.json").is_symlink()
+    assert json.loads((out / "hetero.json").read_text())["pairs"] == report["pairs"]
+    assert [p.name for p in out.iterdir()] == ["hetero.json"]
+
+
+def test_a_truncated_model_has_its_bases_tokenizer(tiny, tmp_path):
+    """``truncated:L:MODEL`` passed check_spec, then load_tokenizer handed the whole string to
+    transformers as a hub id (a confusing hub error, with --hetero); now MODEL's tokenizer is
+    loaded, and the hetero study runs with a truncated target."""
+    spec = f"truncated:1:{tiny['wide']}"
+    tok, info = models.load_tokenizer(spec)
+    assert len(tok) == tiny["n_tokens"] and info["path_or_id"] == tiny["wide"]
+    report = hetero.run(spec, [tiny["narrow"]], out=tmp_path, dtype="float32",
+                        log=lambda *a: None)
+    assert report["oov_caps"][0]["bytes"]["intersection"] == tiny["n_tokens"]

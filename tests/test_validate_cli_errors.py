@@ -13,6 +13,17 @@ from rdk_theory.cli import main
 FAST = ("--quick", "--no-timing")
 
 
+def _fast(hetero) -> tuple:
+    """FAST for the main run; nothing with --hetero, which refuses the study's options."""
+    return () if hetero else FAST
+
+
+def _drafter(tmp_path, hetero) -> str:
+    """An existing folder as drafter: with --hetero one other than the target (tmp_path),
+    which --hetero drops (a drafter list of the target alone is refused)."""
+    return str(tmp_path.parent if hetero else tmp_path)
+
+
 @pytest.fixture
 def loaded(monkeypatch):
     """Every call of a model or tokenizer loader, which raises so that no run goes on."""
@@ -41,8 +52,8 @@ def test_an_out_that_is_a_file_or_under_one_is_refused_naming_out(tmp_path, caps
     with --hetero), not which option was wrong."""
     (tmp_path / "afile").write_text("")
     out = tmp_path / where
-    assert main(["validate", *hetero, *FAST, "--target", str(tmp_path), "--drafter",
-                 str(tmp_path), "--out", str(out)]) == 2
+    assert main(["validate", *hetero, *_fast(hetero), "--target", str(tmp_path), "--drafter",
+                 _drafter(tmp_path, hetero), "--out", str(out)]) == 2
     what = ("exists and is not a directory" if where == "afile"
             else f"lies under a file, {tmp_path / 'afile'}")
     assert _error_line(capsys) == f"error: --out {out} {what}"
@@ -73,8 +84,8 @@ def test_an_output_file_that_is_a_folder_is_refused_before_any_model_loads(
     """A folder where the run writes a file failed only at the end, after the study (for
     the figures, after report.json had been written)."""
     (tmp_path / name).mkdir()
-    assert main(["validate", *hetero, *FAST, "--target", str(tmp_path), "--drafter",
-                 str(tmp_path), "--out", str(tmp_path)]) == 2
+    assert main(["validate", *hetero, *_fast(hetero), "--target", str(tmp_path), "--drafter",
+                 _drafter(tmp_path, hetero), "--out", str(tmp_path)]) == 2
     assert _error_line(capsys) == (f"error: --out {tmp_path}: {name} is a folder; the run "
                                    "writes a file there")
     assert loaded == []
@@ -91,8 +102,8 @@ def test_a_failed_run_removes_only_the_empty_folders_it_made(tmp_path, capsys, m
     monkeypatch.setattr(models, "load", load_fails)
     monkeypatch.setattr(models, "load_tokenizer", load_fails)
     (tmp_path / "kept").mkdir()
-    assert main(["validate", *hetero, *FAST, "--target", str(tmp_path), "--drafter",
-                 str(tmp_path), "--out", str(tmp_path / "kept" / "a" / "b")]) == 2
+    assert main(["validate", *hetero, *_fast(hetero), "--target", str(tmp_path), "--drafter",
+                 _drafter(tmp_path, hetero), "--out", str(tmp_path / "kept" / "a" / "b")]) == 2
     assert _error_line(capsys) == f"error: cannot load {str(tmp_path)!r}"
     assert [p.name for p in tmp_path.iterdir()] == ["kept"]
     assert not any((tmp_path / "kept").iterdir())
@@ -130,7 +141,7 @@ def test_a_missing_local_model_is_refused_before_any_model_loads(tmp_path, capsy
     monkeypatch.setenv("HOME", str(tmp_path))
     other = "--drafter" if option == "--target" else "--target"
     out = tmp_path / "run"
-    assert main(["validate", *hetero, *FAST, other, str(tmp_path),
+    assert main(["validate", *hetero, *_fast(hetero), other, str(tmp_path),
                  option, spec.format(tmp=tmp_path), "--out", str(out)]) == 2
     assert _error_line(capsys) == "error: " + message.format(tmp=tmp_path)
     assert loaded == [] and not out.exists()
@@ -201,7 +212,8 @@ def test_hub_ids_builtin_names_and_existing_paths_reach_the_loader(tmp_path, mon
      "error: --kept 60000 exceeds the vocabulary of smollm2-135m (49,152 tokens)"),
 ])
 def test_specs_and_default_sizes_are_checked_as_given(tmp_path, capsys, loaded, argv, message):
-    assert main(["validate", *argv, "--no-timing", "--out", str(tmp_path / "run")]) == 2
+    no_timing = [] if "--hetero" in argv else ["--no-timing"]  # --hetero refuses it
+    assert main(["validate", *argv, *no_timing, "--out", str(tmp_path / "run")]) == 2
     assert _error_line(capsys).startswith(message)
     assert loaded == [] and not (tmp_path / "run").exists()
 
@@ -213,7 +225,57 @@ def test_a_corrupt_gguf_is_one_error_line_naming_it(tmp_path, capsys, hetero):
     bad = tmp_path / "bad.gguf"
     bad.write_bytes(b"GGUF\x03\x00\x00\x00garbage")
     drafter = ("--drafter", "smollm2-135m") if hetero else ("--drafter", str(bad))
-    assert main(["validate", *hetero, "--target", str(bad), *drafter, "--kept", "50",
-                 "--no-timing", "--out", str(tmp_path / "run")]) == 2
+    study = () if hetero else ("--kept", "50", "--no-timing")  # --hetero refuses them
+    assert main(["validate", *hetero, "--target", str(bad), *drafter, *study,
+                 "--out", str(tmp_path / "run")]) == 2
     line = _error_line(capsys)
     assert line.startswith("error: cannot load ") and repr(str(bad)) in line, line
+
+
+@pytest.mark.parametrize("drafters", ["{t}", "{t},{t}", "{t},,{t}"])
+def test_a_hetero_drafter_list_of_the_target_alone_is_refused(tmp_path, capsys, loaded,
+                                                                drafters):
+    """The emptiness check ran before hetero.run dropped every drafter equal to the target:
+    it loaded the target, printed the table's header alone and exited 0 (hetero.json with no
+    pairs). Now the list is read without the target, each once, and refused before any
+    model loads."""
+    given = drafters.format(t=tmp_path)
+    out = tmp_path / "run"
+    assert main(["validate", "--hetero", "--target", str(tmp_path), "--drafter", given,
+                 "--out", str(out)]) == 2
+    assert _error_line(capsys) == (f"error: --drafter {given!r} names no drafter vocabulary "
+                                   "other than the target")
+    assert loaded == [] and not out.exists()
+
+
+def test_hetero_reads_each_drafter_once_without_the_target(tmp_path, monkeypatch, capsys):
+    """'--drafter a,t,a' with target t: the study gets ('a',) (a repeat printed its rows
+    twice, and the target was checked as a drafter before hetero.run dropped it)."""
+    from gpu_validation import cli, hetero
+
+    checked, ran = [], []
+    monkeypatch.setattr(cli, "check_spec", lambda spec, fetch_missing: checked.append(spec))
+    monkeypatch.setattr(hetero, "run", lambda target, drafters, **kw: ran.append(
+        (target, drafters)) or {})
+    monkeypatch.setattr(hetero, "summary_lines", lambda report: [])
+    assert main(["validate", "--hetero", "--target", "t", "--drafter", "a,t,a",
+                 "--out", str(tmp_path / "h")]) == 0
+    assert checked == ["t", "a"] and ran == [("t", ("a",))]
+
+
+@pytest.mark.parametrize("argv", [
+    ["--quick"], ["--kept", "abc"], ["--kept", "4096"], ["--positions", "5"], ["--steps", "3"],
+    ["--topk", "5"], ["--e2e-kept", "4096"], ["--e2e-tokens", "7"], ["--no-timing"],
+    ["--timing-sizes", "99999999"], ["--seed", "0"], ["--seed", "3"],
+])
+def test_hetero_refuses_the_options_of_the_main_study(tmp_path, capsys, loaded, argv):
+    """--hetero never read them: '--kept abc --topk 5 --quick' ran and exited 0, with no
+    laws.npz though --topk promises one. Now the first one given is one error line, before
+    any model loads (--seed 0, the default's value, too: it was given)."""
+    out = tmp_path / "run"
+    assert main(["validate", "--hetero", "--target", str(tmp_path), "--drafter",
+                 str(tmp_path.parent), *argv, "--out", str(out)]) == 2
+    assert _error_line(capsys) == (f"error: {argv[0]} does not apply to --hetero (the "
+                                   "heterogeneous-tokenizer study reads --target, --drafter, "
+                                   "--device, --dtype, --fetch and --out)")
+    assert loaded == [] and not out.exists()
