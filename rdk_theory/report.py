@@ -111,7 +111,10 @@ def _real_source():
             try:
                 return ep.load()
             except ImportError as exc:  # the harness or its optional dependencies are missing
-                print(f"warning: report source 'real' unavailable: {exc}", file=sys.stderr)
+                from .cli import _one_line  # the message may span lines: one warning line
+
+                print(_one_line(f"warning: report source 'real' unavailable: {exc}"),
+                      file=sys.stderr)
     return None
 
 

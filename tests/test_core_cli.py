@@ -645,3 +645,21 @@ def test_a_plugin_command_that_cannot_be_imported_is_a_warning_and_the_rest_work
                  ["bounds", str(tmp_path / "case.npz"), "--json"]):
         code, out, err = _run(capsys, *argv)
         assert code == 0 and out.startswith("{") and err.splitlines() == want, err
+
+
+def test_an_unavailable_real_report_source_is_one_warning_line(monkeypatch, capsys):
+    """An ImportError whose message spans lines was printed as it was: the warning split over
+    several lines of stderr. Now one 'warning: ...' line, line breaks escaped as in errors."""
+    import rdk_theory.report as report_mod
+
+    class BrokenSource:
+        name = "real"
+
+        def load(self):
+            raise ImportError("no module named 'torch'\nsecond line")
+
+    monkeypatch.setattr(report_mod, "entry_points", lambda group: [BrokenSource()])
+    assert report_mod._real_source() is None
+    err = capsys.readouterr().err
+    assert err.splitlines() == [err.rstrip("\n")]
+    assert err.startswith("warning: report source 'real' unavailable: ") and "\\n" in err
