@@ -72,6 +72,18 @@ def test_A_alpha_is_one_minus_tv_exactly(pr):
 
 @given(pr=law_pairs(sub_stochastic_second=True))
 @pin_pairs
+@example(pr=(W([1, 0]), Law.from_weights([0, 0], total=1)))  # r = 0: TV 1/2
+def test_total_variation_is_half_the_l1_distance_exactly(pr):
+    """TV by its definition, sub-stochastic r included: a TV computed as twice the negative
+    part alone agreed wherever the two masses are equal (so with 1 - alpha), and every proof
+    and test passed with it."""
+    p, r = pr
+    assert total_variation(p.exact, r.exact) == sum(abs(a - b) for a, b in zip(p.exact, r.exact)) / 2
+    assert_close(total_variation(p.f64, r.f64), np.abs(p.f64 - r.f64).sum() / 2)
+
+
+@given(pr=law_pairs(sub_stochastic_second=True))
+@pin_pairs
 def test_A_alpha_in_unit_interval(pr):
     p, r = pr
     a = acceptance_rate(p.exact, r.exact)
