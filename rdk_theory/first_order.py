@@ -189,7 +189,11 @@ class FirstOrderCovarianceKernel:
         if c.ndim != 2 or c.shape[0] < 1 or c.shape[1] < 1 or not np.all(np.isfinite(c)):
             raise InputError(f"factor must be a finite 2-D (r, N) array with r, N >= 1, "
                              f"got shape {c.shape}")
-        drift = np.abs(c.sum(axis=1)) > 1e-9 * (np.abs(c).sum(axis=1) + 1e-300)
+        # against the whole factor's scale, not each row's own: a row that is round-off
+        # alone (a numerically null direction of an SVD, sv ~ 1e-17) sums to about itself
+        # and changes Omega by ~1e-19, yet failed a per-row test
+        scale = np.abs(c).sum(axis=1).max()
+        drift = np.abs(c.sum(axis=1)) > 1e-9 * (scale + 1e-300)
         if np.any(drift):
             raise InputError(
                 f"factor row {int(np.argmax(drift))} does not sum to 0: a first-order factor must "
@@ -298,16 +302,19 @@ class FirstOrderCovarianceKernel:
 
     def _input(self, q_prime):
         """``q_prime`` checked to hold the kernel's N target ids on its last axis; a tensor as
-        a floating one (integer tensors as float64), a numpy float array as given (a compiled
+        a floating one (integer tensors as float64), a numpy float ndarray as given (a compiled
         engine forced by name refuses one that is not float64), anything else as float64
-        numpy (a list, integers, Fraction arrays: the kernel's numbers are floats, exp has no
+        numpy (a list, integers, Fraction arrays, ndarray subclasses such as np.matrix or a
+        masked array, read as their plain data: the kernel's numbers are floats, exp has no
         exact value; complex numbers and strings are InputErrors). A few attribute reads on
         the decode-loop input."""
         if not _plain(q_prime) or q_prime.shape[-1] != self.n:
             check_width(q_prime, self.n)
             if B.is_torch(q_prime):
                 q_prime = as_real_tensor(q_prime, "q_prime")
-            elif not (isinstance(q_prime, np.ndarray) and q_prime.dtype.kind == "f"):
+            elif not (type(q_prime) is np.ndarray and q_prime.dtype.kind == "f"):
+                # subclasses too (np.matrix, masked arrays): the numpy engine's reductions
+                # and broadcasting differ on them, where the compiled engines took them
                 q_prime = as_real_array(q_prime, "q_prime")
         return q_prime
 

@@ -158,6 +158,28 @@ def test_from_factor_refuses_a_factor_whose_rows_do_not_sum_to_zero():
     FirstOrderCovarianceKernel.from_factor(np.array([[1.0, -1.0, 0.0]]), 1.0)  # centred: fine
 
 
+def test_from_factor_takes_a_round_off_row_of_an_svd():
+    """The row-sum check was per row: a numerically null direction of an SVD (singular value
+    1.5e-17, a row of round-off that sums to about its own size) was refused although it
+    changes Omega by ~1e-19, and the benchmark failed at --calibration 8. The drift is now
+    measured against the whole factor's scale; a real drift is still refused."""
+    from rdk_theory.first_order import FirstOrderCovarianceKernel
+    from rdk_theory.validation import InputError
+
+    cal = np.random.default_rng(0).dirichlet(np.full(4096, 0.05), size=8)
+    c = FirstOrderCovarianceKernel(cal, 1.0, engine="numpy").factor
+    _, sv, vt = np.linalg.svd(c, full_matrices=False)
+    assert sv[-1] < 1e-15  # centred rows: rank S - 1, the last direction is round-off
+    k = FirstOrderCovarianceKernel.from_factor(sv[:, None] * vt, 1.0, engine="numpy")
+    q = np.random.default_rng(1).dirichlet(np.ones(4096), 3)
+    ref = FirstOrderCovarianceKernel(cal, 1.0, engine="numpy").transport(q)
+    assert_close(k.transport(q), ref)
+    shifted = c.copy()
+    shifted[0] += 1e-6
+    with pytest.raises(InputError, match="factor row 0 does not sum to 0"):
+        FirstOrderCovarianceKernel.from_factor(shifted, 1.0)
+
+
 @pytest.mark.parametrize("engine", ["numpy", "fused", "blas", "torch"])
 def test_clipped_rows_keep_the_mass_of_a_sub_stochastic_input(engine):
     """The clip renormalises to sum q', not to 1: with TLI rows (sum 1) both read the same, and
@@ -195,3 +217,19 @@ def test_build_proposals_rdk_first_order_is_the_kernel_applied_to_tli():
     if dense.min() >= 0:
         assert_close(props["rdk_first_order"], dense)
     assert np.abs(props["rdk_first_order"] - fo.transport(props["vanilla"])).max() > 1e-3
+
+
+@pytest.mark.parametrize("engine", ["numpy", "fused", "blas"])
+def test_ndarray_subclasses_are_read_as_plain_arrays_by_every_engine(engine):
+    """np.matrix and masked arrays passed through to the engines: the numpy engine (the
+    reference) raised matrix.min()'s TypeError or a broadcasting ValueError where the
+    compiled engines answered. Now every engine reads them as their plain float64 data."""
+    rng = np.random.default_rng(0)
+    cal, q = rng.dirichlet(np.ones(300), 8), rng.dirichlet(np.ones(300), 2)
+    k = rt.FirstOrderCovarianceKernel(cal, 0.01, engine=engine)
+    ref, (ref2, alpha) = k.transport(q), k.transport_with_acceptance(q, q[::-1].copy())
+    for x in (np.asmatrix(q), np.ma.masked_array(q)):
+        out = k.transport(x)
+        assert type(out) is np.ndarray and np.array_equal(out, ref)
+        got, got_alpha = k.transport_with_acceptance(x, q[::-1].copy())
+        assert np.array_equal(got, ref2) and np.array_equal(got_alpha, alpha)
