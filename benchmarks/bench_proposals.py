@@ -15,8 +15,13 @@ of a cell's pair floors, ``floor_ms_by_method`` each pair's). Two cache regimes:
   (``median_times(warm_each=True)``), so it finds its own arrays in the caches as far as they
   fit: at batch 1 the floor's p and q (0.5-4 MiB), the floor's best case. (Without that, the
   floor run after a method that reads a large factor found p and q evicted, and its "hot"
-  time was a cold one: up to 3x the hot floor, which flattered those methods' ratios.) At
-  batch 64 the arrays are far larger than any cache and the two regimes measure the same.
+  time was a cold one: up to 3x the hot floor, which flattered those methods' ratios.) Even
+  so, at batch 1 from N = 131K the floors paired with the rows that read a large array (the
+  full factor S64 on any engine, the two reads, r8 at 262K) ran up to 2x slower than the
+  cell's other floors in the committed runs (``floor_ms_by_method``): those rows' hot ratios
+  may be understated by up to 2x (the rows near 3x have floors within 1.3x: README). From
+  N = 131K at batch 64 the arrays are far larger than any cache and the two regimes measure
+  the same (at N = 32K, p and q together are 32 MiB, this machine's L3: hot is faster).
 
 Every sampler's row starts from the drafter's ``q`` and builds its whole proposal and the
 acceptance: TLI's ``q'`` (``tli_proposal``) and ``sum min(p, q')``; the RDK rows call
@@ -67,6 +72,7 @@ import rdk_theory as rt
 import rdk_theory.case  # noqa: F401  (default_tau)
 from rdk_theory import _fused
 from rdk_theory._timing import cache_evictor, median_times
+from rdk_theory.validation import int_at_least
 
 SIZES = (32_768, 131_072, 151_936, 262_144)
 BATCHES = (1, 64)
@@ -303,8 +309,10 @@ def markdown(results) -> str:
 def main(argv=None):
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--quick", action="store_true", help="fewer sizes and repeats")
-    ap.add_argument("--calibration", type=int, default=64, help="S, calibration rows (default 64)")
-    ap.add_argument("--repeats", type=int, default=None, help="runs per method (default 21; 5 with --quick)")
+    ap.add_argument("--calibration", type=int_at_least(1), default=64,
+                    help="S, calibration rows (default 64)")
+    ap.add_argument("--repeats", type=int_at_least(1), default=None,
+                    help="runs per method (default 21; 5 with --quick)")
     ap.add_argument("--json", default=None, help="write the results here")
     ap.add_argument("--table", metavar="RESULTS.json", default=None,
                     help="print the README's markdown tables from an earlier --json run, and stop")
@@ -313,7 +321,7 @@ def main(argv=None):
         with open(args.table) as fh:
             print(markdown(json.load(fh)))
         return
-    repeats = args.repeats or (5 if args.quick else 21)
+    repeats = args.repeats if args.repeats is not None else (5 if args.quick else 21)
     fused = _fused.available()
     rng = np.random.default_rng(0)
     sizes = SIZES[:2] if args.quick else SIZES

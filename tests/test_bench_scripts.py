@@ -89,3 +89,34 @@ def test_bench_proposals_times_what_it_names_and_tables_round_honestly():
              "first_order_r1_unfused_ratio": 3.04}]
     table = bp.markdown({"floor_ratios": fake, "summary": summary})
     assert "| TLI | **2.96x** |" in table and "| r1 unfused | 3.04x |" in table
+
+
+@pytest.mark.parametrize("script, argv, message", [
+    ("bench_proposals", ["--repeats", "0"], "--repeats: expected an integer >= 1"),  # was 21
+    ("bench_proposals", ["--repeats", "-2"], "--repeats: expected an integer >= 1"),  # a traceback
+    ("rank_accuracy", ["--ranks", "0"], "--ranks: expected an integer >= 1"),
+    ("rank_accuracy", ["--tau", "nan"], "--tau a finite number > 0"),
+    ("rank_accuracy", ["--tau", "inf"], "--tau a finite number > 0"),
+    ("rank_accuracy", ["--n", "16"], "topic_size"),
+])
+def test_bench_scripts_refuse_bad_options_in_one_usage_error(script, argv, message, capsys):
+    """--repeats 0 silently meant 21 and -2 failed with a ValueError after the kernels were
+    built; rank_accuracy's --ranks 0, --tau nan / inf and a small --n were InputError
+    tracebacks. Each is now argparse's usage error, exit 2, before any work."""
+    with pytest.raises(SystemExit) as info:
+        _load(script).main(argv)
+    assert info.value.code == 2 and message in capsys.readouterr().err
+
+
+def test_the_benchmark_builds_its_kernels_at_a_small_calibration_size():
+    """--calibration 8: the centred factor's last SVD direction is round-off, which from_factor
+    refused (the benchmark stopped while building its kernels). Every kernel it times is
+    built, and the rank-8 one (rank S) is the full factor's kernel."""
+    import numpy as np
+
+    bp = _load("bench_proposals")
+    cal = np.random.default_rng(0).dirichlet(np.full(4096, 0.05), size=8)
+    full = bp._centred(cal)
+    kernels = bp._first_order_kernels(full, 1.0, 8, bp.RANKS, fused=False)
+    q = np.random.default_rng(1).dirichlet(np.ones(4096), 2)
+    assert_close(kernels["first_order_r8_numpy"].transport(q), kernels["first_order_S8_numpy"].transport(q))

@@ -219,6 +219,7 @@ def test_build_proposals_rdk_first_order_is_the_kernel_applied_to_tli():
     assert np.abs(props["rdk_first_order"] - fo.transport(props["vanilla"])).max() > 1e-3
 
 
+@pytest.mark.filterwarnings("ignore::PendingDeprecationWarning")  # np.matrix's own warning
 @pytest.mark.parametrize("engine", ["numpy", "fused", "blas"])
 def test_ndarray_subclasses_are_read_as_plain_arrays_by_every_engine(engine):
     """np.matrix and masked arrays passed through to the engines: the numpy engine (the
