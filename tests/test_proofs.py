@@ -363,7 +363,9 @@ def test_proof_case_counts_are_the_sizes_of_their_stated_grids():
     """The cases each check reports are the size of the grid its docstring states, counted
     here independently: L without sub-stochastic r, O4 without delta = r(i) or only for
     r(i) = 1, sub_distributions without the zero vector and every_map without N_D < N_T
-    each shrank a grid while every test still passed."""
+    each shrank a grid while every test still passed. O3 adds its kernel leg: every 3 x 3
+    row-stochastic M with entries in {0, 1/2, 1} (6^3) for every q on the 1/3 grid under
+    its two drafter maps over N_T = N_D = 3."""
     import proofs.identity_kernel as o3
     import proofs.lossless as lossless
     import proofs.mass_transfer as o4
@@ -374,7 +376,10 @@ def test_proof_case_counts_are_the_sizes_of_their_stated_grids():
     maps = _n_maps(3)
     assert o1.check().cases == sum(_n_laws(nd, 3) * _n_laws(nt, 3) for nt, nd in maps)
     assert o2.check().cases == sum(_n_laws(nd, 3) * _n_laws(nt, 3) for nt, nd in maps)
-    assert o3.check().cases == sum(_n_laws(nd, 3) for nt, nd in maps)
+    kernels = _n_laws(3, 2) ** 3
+    assert kernels == 216 and len(o3.KERNEL_MAPS) == 2
+    assert all(len(ids) == 3 for ids in o3.KERNEL_MAPS)
+    assert o3.check().cases == sum(_n_laws(nd, 3) for nt, nd in maps) + 2 * _n_laws(3, 3) * kernels
     d = 4
     laws = [c for c in itertools.product(range(d + 1), repeat=3) if sum(c) == d]
     want = sum(r[i] for p in laws for r in laws for i in range(3) for j in range(3)

@@ -460,3 +460,130 @@ def test_O5_fails_when_an_optimiser_reports_what_it_does_not_attain(monkeypatch,
 
     monkeypatch.setattr(o5, name, mutant)
     _assert_failed(o5.check(), *keys)
+
+
+def test_A_fails_when_total_variation_is_twice_the_negative_part(monkeypatch):
+    """Guards against a planted bug (a review's mutant): TV as twice the negative part of
+    p - r is right wherever the masses are equal, so alpha = 1 - TV for normalised r held
+    and only sub-stochastic r can show it; A compares TV with 1/2 sum |p - r| there too."""
+    import proofs.acceptance_tv as a_tv
+
+    def negative_part_only(a, b, *, check=True):  # the bug
+        return 2 * B.total(B.positive_part(b - a)) * Fraction(1, 2)
+
+    monkeypatch.setattr(a_tv, "total_variation", negative_part_only)
+    res = a_tv.check()
+    _assert_failed(res, "p", "r", "tv", "by_definition")
+    c = res.to_dict()["counterexample"]
+    assert sum(Fraction(v) for v in c["r"]) < 1
+    assert Fraction(c["tv"]) != Fraction(c["by_definition"])
+
+
+def test_O1_fails_when_tli_is_under_normalised(monkeypatch):
+    """Guards against a planted bug (a review's mutant): a TLI divided by (q(I) + 1)/2 instead of
+    q(I) still lies above vanilla, so the inequality holds; only the check of TLI against its
+    definition can see it (exact arithmetic kept, so it is the value that is wrong)."""
+    import proofs.tli_vs_vanilla as o1
+    from rdk_theory.proposals import vanilla_proposal
+
+    def under_normalised(q, vm, *, check=True):  # the bug
+        r = vanilla_proposal(q, vm, check=check)
+        return r / ((B.total(r, keepdims=True) + 1) * Fraction(1, 2))
+
+    monkeypatch.setattr(o1, "tli_proposal", under_normalised)
+    res = o1.check()
+    _assert_failed(res, "q", "draft_to_target", "tli", "by_definition")
+    c = res.to_dict()["counterexample"]
+    assert [Fraction(v) for v in c["tli"]] != [Fraction(v) for v in c["by_definition"]]
+
+
+def test_O3_fails_when_the_dense_kernel_applies_M_instead_of_its_transpose(monkeypatch):
+    """Guards against a planted bug (a review's mutant): a dense kernel computing M q' instead of
+    M^T q' agrees on every symmetric kernel, and the identity and the uniform kernel are
+    symmetric; O3's kernel leg (non-symmetric 3 x 3 kernels) must report it."""
+    import proofs.identity_kernel as o3
+    from rdk_theory.kernels import DenseKernel
+
+    class Transposed(DenseKernel):  # the bug: q' @ M^T
+        def transport(self, q_prime):
+            return q_prime @ self.matrix.T
+
+    monkeypatch.setattr(o3, "DenseKernel", Transposed)
+    res = o3.check()
+    _assert_failed(res, "q", "draft_to_target", "M", "rdk", "by_definition")
+    c = res.to_dict()["counterexample"]
+    m = [[Fraction(v) for v in row] for row in c["M"]]
+    assert m != [list(col) for col in zip(*m)]  # a non-symmetric kernel
+
+
+def _no_clip(normalised_to_one=False):
+    """A first-order kernel whose clip is missing (or, ``normalised_to_one``, renormalises the
+    clipped vector to 1 instead of to sum q')."""
+    from rdk_theory.first_order import FirstOrderCovarianceKernel
+
+    class Mutant(FirstOrderCovarianceKernel):
+        def transport(self, q_prime, *, normalise=False):
+            q_prime = np.asarray(q_prime, dtype=np.float64)
+            if normalise:
+                q_prime = q_prime / q_prime.sum(axis=-1, keepdims=True)
+            out = self.transport_unclipped(q_prime)
+            if normalised_to_one and out.min() < 0:
+                out = np.maximum(out, 0.0)
+                out /= out.sum(axis=-1, keepdims=True)
+            return out
+
+    return Mutant
+
+
+@pytest.mark.parametrize("to_one", [False, True])
+def test_E_clip_leg_fails_when_the_clip_is_dropped_or_renormalises_to_one(monkeypatch, to_one):
+    """Guards against a planted bug (a review's mutant): the bound holds for any two proposals
+    of equal mass, clipped or not, and the sweep never clips, so a first-order kernel without
+    its clip passed E. The clip leg (taus where the vector goes negative) must report it, and
+    a clip that renormalises to 1, not to sum q', on its sub-stochastic rows."""
+    import proofs.first_order_error as e
+
+    monkeypatch.setattr(e, "FirstOrderCovarianceKernel", _no_clip(to_one))
+    res = e.check()
+    _assert_failed(res, "tau", "engine", "normalise", "min", "sum", "want_sum")
+    c = res.to_dict()["counterexample"]
+    assert c["tau"] in e.CLIP["taus"]
+    if to_one:
+        assert c["min"] >= 0 and abs(c["sum"] - c["want_sum"]) > 1e-3
+    else:
+        assert c["min"] < 0
+
+
+@pytest.mark.parametrize("engine", ["fused", "blas"])
+def test_E_clip_leg_checks_each_compiled_engine(monkeypatch, engine):
+    """Guards against a planted bug (a review's mutant: the fused engine's clip dropped): the
+    clip leg runs every engine, so a compiled engine that skips the clip is reported under its
+    own name while the others are right."""
+    pytest.importorskip("numba")
+    import proofs.first_order_error as e
+    from rdk_theory.first_order import FirstOrderCovarianceKernel
+
+    run = FirstOrderCovarianceKernel._run
+
+    def no_clip_on_one_engine(self, eng, q_prime, target_probs, normalise):  # the bug
+        if eng != engine:
+            return run(self, eng, q_prime, target_probs, normalise)
+        if normalise:
+            q_prime = q_prime / q_prime.sum(axis=-1, keepdims=True)
+        return self.transport_unclipped(q_prime), None
+
+    monkeypatch.setattr(FirstOrderCovarianceKernel, "_run", no_clip_on_one_engine)
+    res = e.check()
+    _assert_failed(res, "tau", "engine", "min")
+    assert res.counterexample["engine"] == engine and res.counterexample["min"] < 0
+
+
+def test_E_clip_leg_fails_as_vacuous_where_nothing_is_clipped(monkeypatch):
+    """The clip leg must not pass silently at a tau where the first-order vector has no
+    negative entry (nothing would then be checked)."""
+    import proofs.first_order_error as e
+
+    monkeypatch.setattr(e, "CLIP", dict(taus=(30.0,)))
+    res = e.check()
+    _assert_failed(res, "tau", "why")
+    assert "vacuous" in res.counterexample["why"]
