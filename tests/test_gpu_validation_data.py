@@ -722,6 +722,11 @@ def test_collect_aligns_laws_next_tokens_and_sources_per_text():
         assert np.argmax(got.p[rows], 1).tolist() == [(x + 1) % 16 for x in ids[1:]]
         assert np.argmax(got.q[rows], 1).tolist() == [(x + 2) % 16 for x in ids[1:]]
         assert got.next_ids[rows].tolist() == ids[2:] + [-1]
+    # the laws are filled into arrays of the final size (no concatenation): the models' dtype,
+    # and a target run alone gives the same p and no q
+    assert got.p.dtype == got.q.dtype == np.float32 and got.p.flags.c_contiguous
+    alone = collect.collect(target, None, collect.EVAL_TEXTS, max_tokens=12)
+    assert alone.q is None and np.array_equal(alone.p, got.p)
 
 
 def test_study_exact_kernel_bounds_are_inclusive():
