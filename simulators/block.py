@@ -87,7 +87,7 @@ def speedup_grows(alpha: float, gamma: int, c: float) -> bool:
         return c < 1
     log_a = math.log(a)
     lhs = (g + 1) * log_a + math.log1p(-a) + math.log1p(g * c)
-    rhs = math.log(c) + math.log1p(-math.exp((g + 1) * log_a))
+    rhs = math.log(c) + math.log(-math.expm1((g + 1) * log_a))  # 1 - A, also for A near 1
     return lhs > rhs
 
 

@@ -186,7 +186,7 @@ def test_optimal_gamma_is_the_exact_argmax_even_with_a_tiny_cost():
     and argmax took 53 where the exact optimum is 65; at c = 1e-300 the optimum (about 997)
     lies beyond the cap of 512 and 53 was printed without the >= flag. Now each step is
     decided without cancellation: the argmax (first of ties) equals the one computed in
-    Fractions on 60 cases, tiny and large costs, alpha up to 1 - 1e-8 and alpha = 1."""
+    Fractions on 63 cases, tiny and large costs, alpha up to 1 - 1e-11 and alpha = 1."""
     from simulators.block import speedup_grows
 
     def exact(a, c, gamma_max):
@@ -197,8 +197,11 @@ def test_optimal_gamma_is_the_exact_argmax_even_with_a_tiny_cost():
 
     assert optimal_gamma(0.5, 1e-20, 512)[0] == 65 == exact(0.5, 1e-20, 512)
     assert optimal_gamma(0.5, 1e-300, 512)[0] == 512 and speedup_grows(0.5, 512, 1e-300)
+    assert speedup_grows(1 - 2.201008281883443e-09, 2, 0.9999999865792141)  # margin 7e-11
     rng = np.random.default_rng(3)
-    cases = [(1.0, 0.5, 20), (1.0, 1.0, 20), (1.0, 2.0, 20), (0.0, 0.3, 10), (0.999, 1e-6, 300)]
+    cases = [(1.0, 0.5, 20), (1.0, 1.0, 20), (1.0, 2.0, 20), (0.0, 0.3, 10), (0.999, 1e-6, 300),
+             # alpha within 1e-9 of 1: 1 - alpha^(g+1) from exp() kept a few digits (31 for 44)
+             (1 - 1e-10, 1 - 1e-7, 64), (1 - 1e-9, 1 - 1e-7, 64), (1 - 1e-11, 1 - 1e-8, 64)]
     for _ in range(55):
         a = float(rng.choice([rng.random(), 1 - 10 ** -rng.uniform(1, 8)]))
         cases.append((a, float(10 ** rng.uniform(-12, 0.5)), int(rng.choice([8, 64, 200]))))
