@@ -42,7 +42,7 @@ import numpy as np
 from . import _backend as B
 from . import _blocked, _fused, _triton
 from .acceptance import acceptance_rate
-from .kernels import _centred_factor, _DeviceCache, check_width
+from .kernels import _centred_factor, _DeviceCache, check_width, real_input
 from ._fused import _F64
 from .validation import (InputError, as_calibration, as_count, as_real_array, as_real_tensor,
                          check_broadcast, check_tau, common_tier, same_backend)
@@ -285,7 +285,10 @@ class FirstOrderCovarianceKernel:
         """
         q_prime = self._input(q_prime)
         if not (_plain(target_probs) and target_probs.shape == q_prime.shape):  # decode loop: no
-            check_width(target_probs, self.n, "target_probs")  # more checks than shape equality
+            # more checks than shape equality; otherwise the target as the transports read q'
+            # (a float8 tensor as float32, an ndarray subclass as its plain data)
+            target_probs = real_input(target_probs, "target_probs")
+            check_width(target_probs, self.n, "target_probs")
             check_broadcast(np.shape(target_probs)[:-1], np.shape(q_prime)[:-1],
                             ("target_probs", "q_prime"))
         engine = self._route(q_prime)

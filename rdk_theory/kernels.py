@@ -75,14 +75,15 @@ def check_width(q_prime, n: int, name: str = "q'") -> None:
 def real_input(q_prime, name: str = "q'"):
     """``q_prime`` as the transports read it, refusing what is not real numbers: a torch
     tensor of real numbers (integer and bool tensors as float64; a complex one refused), a
-    numpy array of a real dtype as given, an object array (or list) of real numbers as an
+    numpy array of a real dtype as given (an ndarray subclass, np.matrix or a masked array, as
+    its plain data), an object array (or list) of real numbers as an
     object array (the exact tier when they are Fractions and ints: each kernel then reads it
     as before), anything else as :func:`rdk_theory.validation.as_real_array` reads it (a list
     of floats: float64; complex numbers, strings, other objects: InputError naming ``name``)."""
     if B.is_torch(q_prime):
         return as_real_tensor(q_prime, name)
-    if isinstance(q_prime, np.ndarray) and q_prime.dtype.kind in "biuf":
-        return q_prime
+    if type(q_prime) is np.ndarray and q_prime.dtype.kind in "biuf":
+        return q_prime  # not a subclass: np.matrix and masked arrays are read as plain arrays
     try:
         arr = np.asarray(q_prime)
     except (TypeError, ValueError):
@@ -148,7 +149,9 @@ class IdentityKernel:
     n = None
 
     def transport(self, q_prime):
-        return q_prime
+        """``q'`` itself, read as every transport reads it (:func:`real_input`: an ndarray
+        subclass or a list as a plain array, a complex or string input refused)."""
+        return real_input(q_prime)
 
     def row_sums(self):
         return np.ones(1)

@@ -234,3 +234,18 @@ def test_ndarray_subclasses_are_read_as_plain_arrays_by_every_engine(engine):
         assert type(out) is np.ndarray and np.array_equal(out, ref)
         got, got_alpha = k.transport_with_acceptance(x, q[::-1].copy())
         assert np.array_equal(got, ref2) and np.array_equal(got_alpha, alpha)
+    for target in (np.asmatrix(q[::-1]), np.ma.masked_array(q[::-1])):  # the target too
+        got, got_alpha = k.transport_with_acceptance(q, target)
+        assert type(got_alpha) is np.ndarray and np.array_equal(got_alpha, alpha)
+
+
+def test_a_float8_target_is_read_as_float32_by_transport_with_acceptance():
+    """A float8 target reached torch.minimum as it was: 'Promotion for Float8 Types is not
+    supported', where rdk_proposal_with_acceptance (which checks its target) answered."""
+    import torch
+
+    cal = np.random.default_rng(0).dirichlet(np.ones(3), 5)
+    p8 = torch.tensor([0.25, 0.5, 0.25]).to(torch.float8_e4m3fn)
+    k = rt.FirstOrderCovarianceKernel(cal, 1.0)
+    got = k.transport_with_acceptance(p8.float(), p8)[1]
+    assert_close(float(got), float(k.transport_with_acceptance(p8.float(), p8.float())[1]))

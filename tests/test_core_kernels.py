@@ -433,3 +433,19 @@ def test_cosine_affinity_at_extreme_scales_and_for_a_zero_row():
     assert np.array_equal(got[3], np.zeros(4)) and np.array_equal(got[:, 3], np.zeros(4))
     with pytest.raises(rt.InputError, match="embeddings has a non-finite value"):
         rt.cosine_affinity(np.array([[1.0, np.nan], [0.0, 1.0]]))
+
+
+@pytest.mark.filterwarnings("ignore::PendingDeprecationWarning")  # np.matrix's own warning
+def test_every_kernel_reads_an_ndarray_subclass_as_a_plain_array():
+    """real_input passed ndarray subclasses through: the marginal kernel raised matrix.sum()'s
+    keepdims TypeError, the dense and covariance kernels a broadcasting ValueError on a masked
+    array, and the identity, dense and covariance kernels returned an np.matrix. Now each
+    reads np.matrix and masked arrays as their plain data and returns an ndarray."""
+    rng = np.random.default_rng(0)
+    cal, q = rng.dirichlet(np.ones(6), 8), rng.dirichlet(np.ones(6), 2)
+    for k in (rt.DenseKernel(np.eye(6)), rt.covariance_softmax_kernel(cal, 1.0), rt.IdentityKernel(),
+              rt.MarginalKernel.from_calibration(cal, rt.VocabMap(6, [0, 1, 2, 3]))):
+        want = k.transport(q)
+        for x in (np.asmatrix(q), np.ma.masked_array(q)):
+            got = k.transport(x)
+            assert type(got) is np.ndarray and np.array_equal(got, want), type(k).__name__
