@@ -37,7 +37,7 @@ import numpy as np
 
 from rdk_theory import _backend as B
 from rdk_theory.proposals import SAMPLERS, build_proposals
-from rdk_theory.validation import InputError, as_count
+from rdk_theory.validation import NEG_ATOL, PROB_ATOL, InputError, as_count, is_rational_array
 
 ProposalFn = Callable[[tuple], np.ndarray]
 
@@ -179,23 +179,34 @@ def block_law(target, proposal_fn: ProposalFn, gamma: int, prefix=()) -> BlockLa
 
 def _checked_proposal(r, n: int, ctx: tuple) -> np.ndarray:
     """``r`` when it is a sub-stochastic vector over the target's ``n`` tokens: entries >= 0
-    (and finite) summing to at most 1, exactly for Fractions and within
-    ``FLOAT_REJECT_ROUNDOFF`` for floats. Anything else is an InputError: the identity
-    ``min(r, p) + (p - r)^+ = p`` holds for every real vector, so a law built from an invalid
-    ``r`` (negative entries, mass above 1) still completes to ``p`` and would be certified
-    lossless."""
+    summing to at most 1, exactly for Fractions (an object array of them) and, for floats
+    (finite), within the toolkit's tolerances for a law (``NEG_ATOL`` below 0, ``PROB_ATOL``
+    above 1: a float32 softmax row misses 1 by ~1e-9). Anything else is an InputError: the
+    identity ``min(r, p) + (p - r)^+ = p`` holds for every real vector, so a law built from an
+    invalid ``r`` (negative entries, mass above 1) still completes to ``p`` and would be
+    certified lossless."""
     r = np.asarray(r)
     if r.shape != (n,):
         raise InputError(f"the proposal at context {ctx} has shape {r.shape}, not ({n},)")
-    exact = r.dtype == object
-    if not exact and not np.all(np.isfinite(r)):
-        raise InputError(f"the proposal at context {ctx} holds a non-finite value")
-    if any(v < 0 for v in r):
-        raise InputError(f"the proposal at context {ctx} has a negative entry {min(r)!r}")
-    total = r.sum()
-    if total > (1 if exact else 1 + FLOAT_REJECT_ROUNDOFF):
-        raise InputError(f"the proposal at context {ctx} sums to {total!r}, more than 1")
+    exact = is_rational_array(r)
+    if not exact:
+        try:
+            values = r.astype(np.float64)
+        except (TypeError, ValueError):
+            raise InputError(f"the proposal at context {ctx} does not hold real numbers") from None
+        if not np.all(np.isfinite(values)):
+            raise InputError(f"the proposal at context {ctx} holds a non-finite value")
+    low, total = (min(r), sum(r)) if exact else (float(values.min()), float(values.sum()))
+    if low < (0 if exact else -NEG_ATOL):
+        raise InputError(f"the proposal at context {ctx} has a negative entry {_number(low)}")
+    if total > (1 if exact else 1 + PROB_ATOL):
+        raise InputError(f"the proposal at context {ctx} sums to {_number(total)}, more than 1")
     return r
+
+
+def _number(x) -> str:
+    """A Fraction as ``a/b``, a float to 10 significant digits (not numpy's repr)."""
+    return str(x) if isinstance(x, Fraction) else f"{float(x):.10g}"
 
 
 def _block_paths(target, proposal_fn: ProposalFn, gamma: int, prefix: tuple,

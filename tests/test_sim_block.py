@@ -280,6 +280,8 @@ def test_law_sd_is_the_standard_deviation_of_the_law():
     assert_close(law_sd({1: 0.25, 3: 0.75}), np.sqrt(0.75))
     assert law_sd({4: 1.0}) == 0.0
     assert_close(tokens_sd_iid(0.5, 1), 0.5)
+    # a float block law's round-off negatives (r = p, a row summing to 1 + 2^-52): read as 0
+    assert_close(law_sd({1: -2.2e-16, 2: -2.2e-16, 3: 1.0 + 4.4e-16}), 0.0)
 
 
 @pytest.mark.parametrize("call", [
