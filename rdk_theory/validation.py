@@ -49,8 +49,8 @@ def as_prob_array(x, name: str, *, allow_sub_stochastic: bool = False, atol: flo
 
     numpy object arrays of exact numbers (``Fraction``, Python or numpy ints) are checked
     exactly; torch tensors are checked on their own device (integer and bool tensors as
-    float64, as numpy reads them; float8 tensors as float32, within their dtype's eps as for
-    float16); anything else becomes float64 numpy (an object array that mixes floats with
+    float64, as numpy reads them; float8 tensors refused: within their eps, 0.125 or 0.25, a
+    row is hardly a law); anything else becomes float64 numpy (an object array that mixes floats with
     Fractions too).
     """
     if _is_torch(x):
@@ -409,11 +409,14 @@ def _check_torch_probs(x, name, allow_sub_stochastic, atol):
         raise InputError(f"{name} must have a non-empty last axis, got shape {tuple(x.shape)}")
     if not x.is_floating_point():  # integer and bool tensors: float64, as numpy reads them
         x = x.to(torch.float64)
+    if x.element_size() == 1:  # float8: rows pass within eps, and alpha = 1.25 came out
+        raise InputError(f"{name} has dtype {x.dtype}, whose rounding (eps {torch.finfo(x.dtype).eps:g}) "
+                         "puts a law's sum, and so acceptances, off by more than any tolerance "
+                         "here: upcast and renormalise it first, e.g. x.float() / "
+                         "x.float().sum(-1, keepdim=True)")
     # a half-precision softmax misses 1 by its rounding (bf16: <= eps / 2 in all; fp16 also
-    # flushes entries below 6e-8 to 0, which over a long tail can miss by more: upcast);
-    # float8 rows likewise by theirs (eps 0.125 or 0.25), and are then read as float32
+    # flushes entries below 6e-8 to 0, which over a long tail can miss by more: upcast)
     atol = rounding_atol(x, atol)
-    x = _computable(x)
     if not torch.isfinite(x).all():
         raise InputError(f"{name} has a non-finite value")
     if (x < 0).any():
