@@ -94,7 +94,7 @@ def main(argv=None):
                     help="temperatures (default: the CLI default max_i Omega_ii, and 1e-5)")
     ap.add_argument("--ranks", type=int_at_least(1), nargs="+", default=[1, 2, 4, 8, 16],
                     help="truncated ranks (default 1 2 4 8 16)")
-    ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--seed", type=int_at_least(0), default=0)
     ap.add_argument("--json", default=None, help="also write the results here")
     args = ap.parse_args(argv)
     if args.n > 8192:

@@ -98,6 +98,7 @@ def test_bench_proposals_times_what_it_names_and_tables_round_honestly():
     ("rank_accuracy", ["--tau", "nan"], "--tau a finite number > 0"),
     ("rank_accuracy", ["--tau", "inf"], "--tau a finite number > 0"),
     ("rank_accuracy", ["--n", "16"], "topic_size"),
+    ("rank_accuracy", ["--seed", "-1"], "--seed: expected an integer >= 0"),
 ])
 def test_bench_scripts_refuse_bad_options_in_one_usage_error(script, argv, message, capsys):
     """--repeats 0 silently meant 21 and -2 failed with a ValueError after the kernels were
