@@ -368,3 +368,15 @@ def test_best_static_kernel_mask_holds_bools_or_zeros_and_ones(mask, message):
     assert_close(best, 1.0, atol=LP_ATOL)
     _, stay = best_static_kernel_lp(p, q, mask=np.eye(2, dtype=bool))  # the identity only
     assert_close(stay, 0.5, atol=LP_ATOL)
+
+
+def test_expected_tokens_per_call_is_per_row_on_a_batch():
+    """(..., gamma) input: each row's 1 + sum_k prod_{t<=k} alpha_t. A product along the
+    batch axis instead gave [2.0, 1.9] for [[.5, .5], [.9, .9]] (every test used one row)."""
+    from rdk_theory.bounds import expected_tokens_per_call
+
+    got = expected_tokens_per_call(np.array([[0.5, 0.5], [0.9, 0.9], [1.0, 0.0]]))
+    np.testing.assert_allclose(got, [1.75, 1 + 0.9 + 0.81, 2.0], rtol=1e-15)
+    F = Fraction
+    exact = expected_tokens_per_call(np.array([[F(1, 2), F(1, 2)], [F(1, 3), F(1)]], dtype=object))
+    assert list(exact) == [F(7, 4), F(5, 3)]

@@ -159,6 +159,7 @@ def test_sample_tli_ignores_kernel_options(tmp_path, capsys):
     (("acceptance", "--kernel", "covariance", "--tau", "0.5", "--lam", "0.5"), ["--lam"]),
     (("acceptance", "--kernel", "dense", "--tau", "0.5"), ["--tau"]),
     (("sample", "--sampler", "tli", "--kernel", "marginal", "--tau", "0.5"), ["--kernel", "--tau"]),
+    (("sample", "--sampler", "tli", "--kernel", "marginal", "--lam", "0.5"), ["--kernel", "--lam"]),
     (("sample", "--sampler", "rdk_exact", "--kernel", "marginal", "--tau", "0.5", "--lam", "0.5"),
      ["--tau"]),
     (("sample", "--sampler", "rdk_first_order", "--tau", "0.5", "--lam", "0.5"), ["--lam"]),
@@ -388,6 +389,7 @@ def test_report_refuses_a_bad_out_or_input_and_leaves_no_folder_behind(tmp_path,
     for argv, match in (
             (["--vocab", "10", "--out", str(tmp_path / "o1" / "sub")], "--vocab must be"),
             (["--keep", "2", "--out", str(tmp_path / "o2")], "--keep"),
+            (["--keep", "0,1", "--out", str(tmp_path / "o3")], "--keep"),  # a 0 was a table row
             (["--out", str(tmp_path / "afile")], "exists and is not a directory"),
             (["--out", str(tmp_path / "afile" / "sub")], "lies under a file")):
         code, out, err = _run(capsys, "report", "--source", "synthetic", "--quick", *argv)

@@ -181,3 +181,16 @@ def test_oov_cap_counts_no_mass_of_a_last_token_outside_I():
     vm = rt.VocabMap(4, [0, -1, 2])  # I = {0, 2}; id 3 (the last) is outside
     p = fr(F(1, 8), F(1, 4), F(1, 8), F(1, 2))
     assert rt.oov_cap(p, vm) == F(1, 4)
+
+
+def test_the_scatter_keeps_a_float32_drafter_in_float32():
+    """vanilla_proposal of float32 numpy input (check=False, the decode loop) is float32, as on
+    torch: zeros() made a float64 output whatever the input (the values were the same, the
+    memory and the dtype a caller relies on were not)."""
+    from rdk_theory import _backend as B
+
+    q = np.array([[0.25, 0.75]], dtype=np.float32)
+    assert B.scatter_last(q, np.array([0, 2]), 3).dtype == np.float32
+    vm = rt.VocabMap(3, np.array([0, 2]))
+    got = rt.vanilla_proposal(q, vm, check=False)
+    assert got.dtype == np.float32 and got.tolist() == [[0.25, 0.0, 0.75]]

@@ -397,3 +397,20 @@ def test_a_target_size_beyond_int64_is_refused(n_target):
         rt.VocabMap(n_target, np.array([2**63], dtype=np.uint64))
     top = rt.VocabMap(2**63 - 1, np.array([2**63 - 2], dtype=np.uint64))
     assert top.draft_to_target.tolist() == [2**63 - 2] and top.intersection.tolist() == [2**63 - 2]
+
+
+def test_the_byte_level_table_is_gpt2s():
+    """GPT-2's byte-to-unicode table (Radford et al., 2019; the table every byte-level BPE
+    tokenizer ships): printable bytes stand for themselves, the other 68 take U+0100 on in byte
+    order, so the space is 'Ġ', the newline 'Ċ', the tab 'ĉ' and the soft hyphen 0xAD 'Ń'
+    (U+00AD itself is not printable there). A table whose printable range ended at U+00AD still
+    had 256 entries, but read 'ÃŃ' ('í', C3 AD) as text: its token matched nothing."""
+    from rdk_theory.tokens import BYTE_DECODER
+
+    assert len(BYTE_DECODER) == 256 and sorted(BYTE_DECODER.values()) == list(range(256))
+    assert (BYTE_DECODER["Ġ"], BYTE_DECODER["Ċ"], BYTE_DECODER["ĉ"]) == (32, 10, 9)
+    assert BYTE_DECODER["\u0143"] == 0xAD and "\u00ad" not in BYTE_DECODER
+    assert BYTE_DECODER["!"] == 33 and BYTE_DECODER["\u00a1"] == 0xA1 and BYTE_DECODER["\u00ae"] == 0xAE
+    assert BYTE_DECODER["\u0100"] == 0 and BYTE_DECODER["\u0121"] == 127
+    vm = rt.VocabMap.from_token_strings(["Ġthe", "ÃŃ", "a"], ["▁the", "í", "a"])
+    assert vm.draft_to_target.tolist() == [0, 1, 2]

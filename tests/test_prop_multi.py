@@ -442,3 +442,18 @@ def test_string_level_keeps_the_exact_tier_exact_and_floats_float():
         assert_close(out, [0.8, 0.8] if fn is slrs_acceptance else [0.6, 0.6])
     assert slrs_acceptance(p, np.array([Fraction(1, 3), Fraction(1)], dtype=object)).tolist() == \
         [Fraction(5, 6)] * 2
+
+
+def test_kseq_best_rho_screens_only_what_floats_can_decide_and_strict_takes_no_slack():
+    """Mutation pass. With the float screen's margin at 0, a step within round-off of rho* was
+    decided in floats: at tol = 1e-300 this p, q, k = 7 gave 3.1061989627186475, exactly
+    invalid (the smallest valid float is the next one up). strict=True demands the slack
+    where the default grants it: at p == q, rho = 1 the condition holds with equality, so only
+    the default passes. And rho = 1 is returned as 1.0 when it is valid (disjoint supports)."""
+    p = np.array([0.05281174160899797, 0.5485375089293253, 0.12577775935808375, 0.27287299010359284])
+    q = np.array([0.05191813813643795, 0.14836854305432512, 0.046902451753743815, 0.7528108670554932])
+    rho = kseq_best_rho(p, q, 7, tol=1e-300)
+    assert exactly_valid(p, q, rho, 7) and not exactly_valid(p, q, np.nextafter(rho, 0), 7)
+    half = np.array([0.5, 0.5])
+    assert kseq_is_valid(half, half, 1.0, 2) and not kseq_is_valid(half, half, 1.0, 2, strict=True)
+    assert kseq_best_rho([0.5, 0.5, 0, 0], [0, 0, 0.5, 0.5], 3) == 1.0
