@@ -29,6 +29,7 @@ check is meaningful for the rationalised copy; the float64 run of the same enume
 """
 from __future__ import annotations
 
+import numbers
 from dataclasses import dataclass, field
 from fractions import Fraction
 from typing import Callable
@@ -190,10 +191,12 @@ def _checked_proposal(r, n: int, ctx: tuple) -> np.ndarray:
         raise InputError(f"the proposal at context {ctx} has shape {r.shape}, not ({n},)")
     exact = is_rational_array(r)
     if not exact:
-        try:
-            values = r.astype(np.float64)
-        except (TypeError, ValueError):
-            raise InputError(f"the proposal at context {ctx} does not hold real numbers") from None
+        # real numbers only: astype(float64) would drop a complex part and parse strings
+        real = (all(isinstance(v, numbers.Real) for v in r.flat) if r.dtype == object
+                else r.dtype.kind in "biuf")
+        if not real:
+            raise InputError(f"the proposal at context {ctx} does not hold real numbers")
+        values = r.astype(np.float64)
         if not np.all(np.isfinite(values)):
             raise InputError(f"the proposal at context {ctx} holds a non-finite value")
     low, total = (min(r), sum(r)) if exact else (float(values.min()), float(values.sum()))

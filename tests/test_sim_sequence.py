@@ -158,13 +158,15 @@ def test_checker_is_not_vacuous():
     ([0.75, 0.2502], "sums to 1.0002, more than 1"),
     ([1.5, -0.5], "negative entry -0.5"),
     ([Fraction(1), float("nan")], "non-finite"),  # an object array of a Fraction and a float
+    ([0.5 + 0.5j, 0.5], "real numbers"),  # astype(float64) would drop the imaginary part
+    (["0.5", "0.5"], "real numbers"),
     ([Fraction(1)], "shape"),
 ])
 def test_an_invalid_proposal_is_refused_not_certified(r, match):
     """min(r, p) + (p - r)^+ = p holds for any real r: is_lossless certified r = (3/2, -1/2)
     and r = (1, 1) as lossless, from a "law" with negative entries. Now an InputError."""
     half = np.array([Fraction(1, 2)] * 2, dtype=object)
-    r = np.array(r, dtype=object if isinstance(r[0], Fraction) else np.float64)
+    r = np.array(r, dtype=object if isinstance(r[0], (Fraction, str, complex)) else np.float64)
     with pytest.raises(InputError, match=match):
         is_lossless(MarkovLM(2, 0, {(): half}), lambda ctx: r, 2, n_tokens=3)
 
