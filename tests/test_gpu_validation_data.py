@@ -786,3 +786,12 @@ def test_binomial_agreement_refuses_an_empty_study(predicted, accepted, n):
     JSON); a count missing for a position broadcast silently."""
     with pytest.raises(ValueError, match="binomial_agreement needs at least one position"):
         agreement.binomial_agreement(predicted, accepted, n)
+
+
+def test_pruned_vocab_map_keeps_the_lower_id_among_equal_counts():
+    """Most ids of a real vocabulary never occur in the calibration text (count 0, all tied):
+    the kept set must then be the lowest ids, as keep_most_frequent does. A plain argsort,
+    whose order among ties is not the ids', passed every test (numpy's sort is stable on small
+    arrays) while choosing other ids at 200."""
+    counts = pruning.token_counts([5, 5, 7, 7, 9], 200)
+    assert pruning.pruned_vocab_map(counts, 6).intersection.tolist() == [0, 1, 2, 5, 7, 9]

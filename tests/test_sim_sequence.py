@@ -331,3 +331,24 @@ def test_exact_proposals_need_an_exact_drafter():
         make_proposal_fn(pair.drafter.float_copy(), pair.vocab_map, "tli")
     fn = make_proposal_fn(pair.drafter, pair.vocab_map, "tli")
     assert is_lossless(pair.target, fn, gamma=2, n_tokens=3) == (True, 0)
+
+
+def test_length_law_keeps_the_full_block_key_when_it_never_occurs():
+    """Every L in 1..gamma + 1 is a key, 0 where that length never occurs: a table built from
+    1..gamma only was filled back whenever a full block had mass (the only zero-filling test
+    had P(L = gamma + 1) = 1), and lost its last column here, where the drafter proposes only
+    a token the target never emits."""
+    p = np.array([Fraction(1, 2), Fraction(1, 2), Fraction(0)], dtype=object)
+    q = np.array([Fraction(0), Fraction(0), Fraction(1)], dtype=object)
+    fn = make_proposal_fn(MarkovLM(3, 0, {(): q}), VocabMap.identity(3), "tli")
+    assert block_law(MarkovLM(3, 0, {(): p}), fn, 2).length_law == {1: 1, 2: 0, 3: 0}
+
+
+@pytest.mark.parametrize("seed", range(3))
+def test_the_pruned_toy_pair_keeps_the_most_frequent_target_ids(seed):
+    """The pruned pair's drafter keeps the target ids of most mass (summed over the toy LM's
+    contexts); keeping the least frequent was caught only by a DISCO gain threshold."""
+    pair = toy_pair("pruned", seed)
+    mass = np.sum([[float(v) for v in row] for row in pair.target.table.values()], axis=0)
+    kept = sorted(int(t) for t in pair.vocab_map.draft_to_target)
+    assert min(mass[kept]) >= max(np.delete(mass, kept))

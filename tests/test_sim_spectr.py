@@ -127,3 +127,18 @@ def test_edge_arguments_are_input_errors_across_the_simulators():
     ]:
         with pytest.raises(InputError, match=message):
             call()
+
+
+def test_rational_best_rho_is_the_bisection_optimum_not_a_coarse_valid_rho():
+    """The repair loop makes any coarse rho valid by raising it, so the tests' "valid, and 0.9
+    rho invalid" passed a rational rho rounded to sixteenths (8/5 for 1.59307 at k = 2): K-SEQ
+    then ran above rho* and accepted less. The rational rho lies within 1e-9 above rho*."""
+    from rdk_theory.multidraft import kseq_best_rho
+
+    F = Fraction
+    p = np.array([F(1, 2), F(1, 4), F(1, 8), F(1, 8)], dtype=object)
+    q = np.array([F(1, 8), F(1, 8), F(1, 4), F(1, 2)], dtype=object)
+    for k in (2, 3):
+        rho = rational_best_rho(p, q, k)
+        assert kseq_is_valid(p, q, rho, k)
+        assert 0 <= float(rho) - kseq_best_rho(p.astype(float), q.astype(float), k) <= 1e-9

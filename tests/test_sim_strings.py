@@ -88,3 +88,13 @@ def test_markov_string_drafter_reads_the_text_before_the_step():
         nxt = markov_string_drafter(chain, tokens, start=(ctx,))
         assert nxt(()) == {want: 1}
     assert markov_string_drafter(chain, tokens)(("b",)) == {"b": 1}  # the prefix extends start
+
+
+def test_string_step_reports_slrs_and_slem_by_their_definitions():
+    """slrs = sum_t min(p, psi) and slem = sum_t p psi, exactly: 'slrs' computed as SLEM kept
+    slrs >= slem and was caught only by the README's table snapshot."""
+    target, drafter = toy_string_models(0)
+    p = target.next_probs((0,))
+    res = string_step(p, markov_string_drafter(drafter, DRAFT_TOKENS, start=(0,)))
+    assert res["slrs"] == sum(min(a, b) for a, b in zip(p, res["psi"])) == Fraction(1577, 2028)
+    assert res["slem"] == sum(a * b for a, b in zip(p, res["psi"])) == Fraction(1531, 4056)
