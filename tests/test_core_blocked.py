@@ -131,18 +131,28 @@ def test_float32_error_bound_covers_the_rounding_of_q_prime():
     assert_leq(np.abs(got - q), _blocked.float32_error_bound(q, left[:-1], right), slack=0.0)
 
 
-def test_a_negative_entry_smaller_than_round_off_is_still_clipped():
+@pytest.mark.parametrize("engine, threads", [("blas", None), ("fused", None), ("fused", 2)])
+@pytest.mark.parametrize("drift", [1e-12, 2.0 ** -50])
+def test_a_negative_entry_smaller_than_round_off_is_still_clipped(engine, threads, drift):
     """Mutation pass: a proposal is a law, so any negative entry is clipped, however small.
-    One factor row ``[1, -(1 + 1e-12), 1e-12]`` at tau = 1 puts -2.7e-13 on token 1 for
-    ``q' = e_0`` (below the suite's float64 tolerance); the blas engine must return exactly 0
-    there and renormalise, as the numpy engine does (a threshold ``low < -1e-12`` did not)."""
-    factor = np.array([[1.0, -(1 + 1e-12), 1e-12]])
-    ref, blas = (rt.FirstOrderCovarianceKernel.from_factor(factor, 1.0, engine=e)
-                 for e in ("numpy", "blas"))
+    One factor row ``[1, -(1 + d), d]`` at tau = 1 puts about -0.27 d on token 1 for
+    ``q' = e_0`` (-2.7e-13 and -2.2e-16, below the suite's float64 tolerance); every compiled
+    engine (the fused one also split between threads) must return exactly 0 there and
+    renormalise, as the numpy engine does (thresholds ``low < -1e-12`` in the fused engine
+    and ``low < -1e-15`` in the blas engine passed the tests' tolerance)."""
+    if engine == "fused" and not _fused.available():
+        pytest.skip("needs numba")
+    factor = np.array([[1.0, -(1 + drift), drift]])
+    ref = rt.FirstOrderCovarianceKernel.from_factor(factor, 1.0, engine="numpy")
+    kernel = rt.FirstOrderCovarianceKernel.from_factor(factor, 1.0, engine=engine)
     q = np.array([[1.0, 0.0, 0.0], [0.5, 0.5, 0.0]])
     p = np.array([0.2, 0.3, 0.5])
     assert -FLOAT64_ATOL < ref.transport_unclipped(q)[0, 1] < 0
-    got, alpha = blas.transport_with_acceptance(q, p)
+    if threads:  # the 3-token vocabulary split in 3 segments between the threads
+        got, alpha = _fused.first_order(q, p, kernel._fused_arrays, chunk=1, segments=3,
+                                        threads=threads)
+    else:
+        got, alpha = kernel.transport_with_acceptance(q, p)
     assert got[0, 1] == 0.0 and got.min() >= 0
     assert_close(got, ref.transport(q))
     assert_close(got.sum(axis=-1), 1.0)

@@ -165,6 +165,8 @@ def test_sample_tli_ignores_kernel_options(tmp_path, capsys):
     (("sample", "--sampler", "rdk_first_order", "--tau", "0.5", "--lam", "0.5"), ["--lam"]),
     (("bounds", "--kernel", "identity", "--lam", "0.5"), ["--lam"]),
     (("bounds", "--kernel", "marginal", "--tau", "0.5", "--lam", "0.5"), ["--tau"]),
+    (("acceptance", "--lam", "0"), ["--lam"]),  # a zero is given too: was not named
+    (("bounds", "--kernel", "identity", "--lam", "0"), ["--lam"]),
     (("acceptance", "--kernel", "covariance", "--tau", "0.5"), []),
     (("sample", "--sampler", "rdk_exact", "--kernel", "marginal", "--lam", "0.5"), []),
 ])

@@ -178,6 +178,11 @@ def test_from_factor_takes_a_round_off_row_of_an_svd():
     shifted[0] += 1e-6
     with pytest.raises(InputError, match="factor row 0 does not sum to 0"):
         FirstOrderCovarianceKernel.from_factor(shifted, 1.0)
+    # the constant pinned from both sides: a drift of 1e-7 of the scale is refused (a
+    # threshold of 1e-3 accepted 1e-5 and re-centred the factor into another one), 1e-12 taken
+    with pytest.raises(InputError, match="factor row 0 does not sum to 0"):
+        FirstOrderCovarianceKernel.from_factor(np.array([[1.0, -1.0 + 1e-7, 0.0]]), 1.0)
+    FirstOrderCovarianceKernel.from_factor(np.array([[1.0, -1.0 + 1e-12, 0.0]]), 1.0)
 
 
 @pytest.mark.parametrize("engine", ["numpy", "fused", "blas", "torch"])

@@ -959,6 +959,18 @@ def test_report_refuses_a_kernel_that_gives_a_non_finite_acceptance(monkeypatch)
         report.synthetic_report(n=64, contexts=8, calibration=32, keep=[1.0], seed=0)
 
 
+def test_a_tau_search_refuses_every_non_finite_acceptance():
+    """Mutation pass: an infinite acceptance (a kernel bug) passed a NaN-only check and would
+    win a tau search at once; NaN, +inf and -inf are each a FloatingPointError, a finite score
+    is returned as a float."""
+    from rdk_theory.acceptance import finite_tau_score
+
+    for score in (float("nan"), float("inf"), float("-inf")):
+        with pytest.raises(FloatingPointError, match="non-finite acceptance"):
+            finite_tau_score(score, 0.1)
+    assert finite_tau_score(np.float64(0.25), 0.1) == 0.25
+
+
 def test_an_interrupt_exits_130_with_one_line(tmp_path, capsys, monkeypatch):
     _case(tmp_path / "c.npz")
     _failing_load_case(monkeypatch, KeyboardInterrupt())
