@@ -459,6 +459,9 @@ def as_draft_to_target(x, n_target: int, name: str = "draft_to_target") -> np.nd
         raise InputError(f"{name} must hold integers, got dtype {arr.dtype}")
     if isinstance(n_target, bool) or not isinstance(n_target, (int, np.integer)) or n_target < 1:
         raise InputError(f"target vocabulary size must be an integer >= 1, got {n_target}")
+    if n_target > MAX_COUNT:  # ids are int64: a larger N_T let an id of 2^63 pass and wrap
+        raise InputError(f"target vocabulary size must be at most 2^63 - 1 (ids are int64), "
+                         f"got {n_target}")
     # the range is checked on the values as given, before the cast to int64 (which would
     # wrap a uint64 or a float beyond 2^63 into another id, and report the wrong value)
     bad = (arr >= n_target) if arr.dtype.kind == "u" else (arr < -1) | (arr >= n_target)
