@@ -81,14 +81,20 @@ def _check_k_rho(k, rho):
 MAX_EXACT_POWER_BITS = 1 << 22
 
 
+def _power_bits(x, k: int) -> int:
+    """About how many bits the exact power ``x ** k`` of a Fraction takes: 0 for 0, 1 and -1,
+    which are free at any ``k``."""
+    bits = max(abs(x.numerator).bit_length(), x.denominator.bit_length())
+    return k * bits if bits > 1 else 0
+
+
 def _power(base, k: int, what: str):
     """``base ** k``; for an exact ``base`` (a Fraction) an InputError when the result would
     exceed ``MAX_EXACT_POWER_BITS`` bits (0, 1 and -1 are free at any ``k``)."""
-    if isinstance(base, numbers.Rational):
-        bits = max(abs(base.numerator).bit_length(), base.denominator.bit_length())
-        if bits > 1 and k * bits > MAX_EXACT_POWER_BITS:
-            raise InputError(f"k = {k} is too large for exact arithmetic: {what}^k would need "
-                             f"~{k * bits} bits (limit {MAX_EXACT_POWER_BITS}); pass float64 laws")
+    if isinstance(base, numbers.Rational) and _power_bits(base, k) > MAX_EXACT_POWER_BITS:
+        raise InputError(f"k = {k} is too large for exact arithmetic: {what}^k would need "
+                         f"~{_power_bits(base, k)} bits (limit {MAX_EXACT_POWER_BITS}); pass "
+                         "float64 laws")
     return base ** k
 
 
@@ -158,8 +164,7 @@ def _power_at_least(x: Fraction, k: int, c: Fraction):
             return True
         elif _compare(hi, target) < 0:
             return False
-    bits = max(abs(x.numerator).bit_length(), x.denominator.bit_length())
-    if k * bits <= MAX_EXACT_POWER_BITS:
+    if _power_bits(x, k) <= MAX_EXACT_POWER_BITS:
         return x ** k >= c
     return None  # pragma: no cover - a tie closer than k 2^-32767 relative
 
