@@ -90,6 +90,13 @@ def _probabilities(values, name: str, *, sums: str | None = "1"):
     return arr
 
 
+def check_target_string(string) -> None:
+    """InputError unless ``string`` is a non-empty str: a target token (every drafter output
+    starts with "", so psi("") would be 1 and no segmentation of it is minimal)."""
+    if not isinstance(string, str) or not string:
+        raise InputError(f"string must be a non-empty str (a target token), got {string!r}")
+
+
 def prefix_probability(string: str, next_token_probs: NextTokenProbs, prefix: tuple = ()):
     """``P(drafter output starts with string)``, over the drafter's first tokens.
 
@@ -101,8 +108,7 @@ def prefix_probability(string: str, next_token_probs: NextTokenProbs, prefix: tu
     ``string`` must be a non-empty str, as a target token in :func:`psi` (InputError
     otherwise; every output starts with "").
     """
-    if not isinstance(string, str) or not string:
-        raise InputError(f"string must be a non-empty str (a target token), got {string!r}")
+    check_target_string(string)
     total = None
     stack = [(string, tuple(prefix), 1)]
     while stack:
@@ -128,8 +134,7 @@ def segmentations(string: str, drafter_tokens: Sequence[str]) -> list[tuple[str,
     ``string`` must be a non-empty str, as in :func:`prefix_probability` (InputError otherwise:
     psi("") would be 1, while no sequence of non-empty tokens is a minimal segmentation of "").
     """
-    if not isinstance(string, str) or not string:
-        raise InputError(f"string must be a non-empty str (a target token), got {string!r}")
+    check_target_string(string)
     toks = list(dict.fromkeys(t for t in _token_strings(drafter_tokens, "drafter tokens",
                                                         holes=True) if t))
     out = []
@@ -200,6 +205,6 @@ def slrs_acceptance(target_probs, psi_values):
 
 
 __all__ = [
-    "prefix_probability", "psi", "psi_by_segmentations", "segmentations", "slem_acceptance",
-    "slrs_acceptance", "unigram_drafter",
+    "check_target_string", "prefix_probability", "psi", "psi_by_segmentations", "segmentations",
+    "slem_acceptance", "slrs_acceptance", "unigram_drafter",
 ]

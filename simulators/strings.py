@@ -30,7 +30,8 @@ from typing import Sequence
 import numpy as np
 
 from rdk_theory.acceptance import step_output_law
-from rdk_theory.string_level import psi, psi_by_segmentations, segmentations, slem_acceptance, slrs_acceptance
+from rdk_theory.string_level import (check_target_string, psi, psi_by_segmentations, segmentations,
+                                     slem_acceptance, slrs_acceptance)
 from rdk_theory.validation import InputError
 
 from .toy_lm import MarkovLM, random_markov_lm
@@ -104,8 +105,7 @@ def segmentation_count(string: str, draft_tokens: Sequence[str]) -> int:
     A token listed twice counts once, an empty one never, and ``string`` must be a non-empty
     str, as there.
     """
-    if not isinstance(string, str) or not string:
-        raise InputError(f"string must be a non-empty str (a target token), got {string!r}")
+    check_target_string(string)
     draft_tokens = list(dict.fromkeys(d for d in draft_tokens if d))
     n = len(string)
     tilings = [0] * (n + 1)
