@@ -225,6 +225,14 @@ def mean_ci(samples, level: float = 0.999, *, sd: float | None = None,
     return m, m - half, m + half
 
 
+def tokens_per_call_ci(samples, sd: float, gamma: int, level: float = 0.999):
+    """:func:`mean_ci`'s Bernstein interval for tokens per call ``L`` in ``[1, gamma + 1]``
+    (spread ``gamma``, the law's ``sd``), cut to that range: ``E L`` lies in it too, and at a
+    small ``n`` the interval reached beyond it ([-1.62, 4.62] for L in [1, 2])."""
+    m, lo, hi = mean_ci(samples, level, sd=sd, spread=gamma)
+    return m, max(lo, 1.0), min(hi, gamma + 1.0)
+
+
 def z_pvalue(samples, expected: float, *, sd: float | None = None) -> float:
     """Two-sided p-value that ``samples`` (i.i.d., finite variance) have mean ``expected`` (CLT),
     with the law's standard deviation ``sd`` when known (normal tail), else the sample's

@@ -63,7 +63,7 @@ BLOCK_MAX_MC = 10_000_000
 
 
 def cmd_block(args) -> int:
-    from .block import bernstein_pvalue, law_sd, mean_ci, simulate_blocks, z_pvalue
+    from .block import bernstein_pvalue, law_sd, simulate_blocks, tokens_per_call_ci, z_pvalue
     from .sequence import block_law, is_lossless, make_proposal_fn
     from .toy_lm import TOY_PAIRS, toy_pair
 
@@ -97,8 +97,7 @@ def cmd_block(args) -> int:
                                                                 args.mc, rng)])
             # the exact law's standard deviation: two equal draws gave a zero-width interval
             mean, sd = float(blk.expected_tokens), law_sd(blk.length_law)
-            m, lo, hi = mean_ci(lengths, 0.999, sd=sd, spread=args.gamma)  # L in [1, gamma + 1]
-            lo, hi = max(lo, 1.0), min(hi, args.gamma + 1.0)  # E L lies in L's range too
+            m, lo, hi = tokens_per_call_ci(lengths, sd, args.gamma)  # Bernstein: any n
             row["mc"] = {"n": int(args.mc), "mean": m, "ci999": [lo, hi], "law_sd": sd,
                          "z_pvalue": z_pvalue(lengths, mean, sd=sd),
                          "bernstein_pvalue": bernstein_pvalue(lengths, mean, sd=sd,
@@ -132,8 +131,8 @@ SPEEDUP_GAMMA_MAX = 512
 
 
 def cmd_speedup(args) -> int:
-    from .block import (expected_tokens_iid, mc_tokens_iid, mean_ci, optimal_gamma, speedup,
-                        speedup_grows, tokens_sd_iid)
+    from .block import (expected_tokens_iid, mc_tokens_iid, optimal_gamma, speedup,
+                        speedup_grows, tokens_per_call_ci, tokens_sd_iid)
 
     if args.gamma_max < 1 or args.gamma_max > SPEEDUP_GAMMA_MAX:
         raise InputError(f"--gamma-max must be in 1..{SPEEDUP_GAMMA_MAX}, got {args.gamma_max}")
@@ -154,8 +153,7 @@ def cmd_speedup(args) -> int:
             x = mc_tokens_iid([a] * g, args.mc, rng)
             # the law's own standard deviation: the sample's gave a zero-width interval when
             # every draw was gamma + 1 (alpha near 1), excluding the exact value
-            m, lo, hi = mean_ci(x, 0.999, sd=tokens_sd_iid(a, g), spread=g)  # Bernstein: holds at any n
-            lo, hi = max(lo, 1.0), min(hi, g + 1.0)  # E L lies in L's range [1, g + 1] too
+            m, lo, hi = tokens_per_call_ci(x, tokens_sd_iid(a, g), g)  # Bernstein: any n
             row["mc"] = {"n": args.mc, "tokens_per_call": m, "ci999": [lo, hi],
                          "speedup": m / (g * args.c + 1),
                          "speedup_ci999": [lo / (g * args.c + 1), hi / (g * args.c + 1)]}
