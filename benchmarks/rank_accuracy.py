@@ -2,13 +2,14 @@
 directions, against the full factor, on the synthetic Zipfian LM of the README's example.
 
 The benchmark (``bench_proposals.py``) shows that low ranks are the fast ones (within 3x of the
-floor up to rank 2; rank 4 at batch 64 cold, or with a float32 factor); this script shows what those ranks compute. For each kept fraction of the drafter
-vocabulary and each ``tau`` it prints the mean acceptance of TLI, exact RDK (the dense
-covariance-softmax kernel), first-order RDK with the full factor (S calibration rows) and with
-ranks r, and the mean TV distance from each rank's proposal to the full factor's. A rank equal
-to min(S, N) reproduces the full factor to round-off (tested). With numba installed it also
-shows the other way to cut the cost, the full factor with float32 storage and float32 products
-(``engine="blas"``, ``factor_dtype="float32"``): the same kernel up to float32 round-off.
+floor up to rank 2; rank 4 at batch 64 cold, or with a float32 factor); this script shows what
+those ranks compute. For each kept fraction of the drafter vocabulary and each ``tau`` it prints
+the mean acceptance of TLI, exact RDK (the dense covariance-softmax kernel), first-order RDK
+with the full factor (S calibration rows) and with ranks r, and the mean TV distance from each
+rank's proposal to the full factor's. A rank equal to min(S, N) reproduces the full factor to
+round-off (tested). With numba installed it also shows the other way to cut the cost, the full
+factor with float32 storage and float32 products (``engine="blas"``,
+``factor_dtype="float32"``): the same kernel up to float32 round-off.
 
     .venv/bin/python benchmarks/rank_accuracy.py     # 3 s; the first run compiles numba, ~45 s
     .venv/bin/python benchmarks/rank_accuracy.py --tau 1e-5 --keep 0.1 --json out.json

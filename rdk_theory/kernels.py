@@ -132,8 +132,9 @@ def _rows_renormalised(m: np.ndarray, sums: np.ndarray, *, owned: bool) -> np.nd
     ``sums`` (validated within tolerance of 1 and > 0 by
     :func:`rdk_theory.validation.check_row_stochastic`). A kernel accepted within
     ``KERNEL_ATOL`` of row-stochastic would otherwise create or lose mass ``sum - 1`` per row:
-    its proposal would sum to ``1 +- 1e-6`` and its acceptance be off by as much. In place when ``m`` is the kernel's own array (``owned``); else a new array,
-    the caller's left as it was."""
+    its proposal would sum to ``1 +- 1e-6`` and its acceptance be off by as much. In place
+    when ``m`` is the kernel's own array (``owned``); else a new array, the caller's left as
+    it was."""
     off = _off_one(sums, m.shape[1])
     if not off.any():
         return m

@@ -252,8 +252,8 @@ def kseq_output_law(target_probs, draft_probs, rho, k: int):
 
 #: :func:`kseq_best_rho`: a float law whose exact sum is within this of 1 is read as the law it
 #: rounds (divided by its exact sum). Far tighter than a law computed in float32 (which misses
-#: 1 by ~1e-8): such a law is read as given, and its rho* is that of the sub-stochastic law. Without it, a float ``p`` summing to ``1 - 1e-16`` would
-#: need ``(1 - beta)^k >= 1e-16`` (the accepted mass may not exceed ``p``'s), pushing ``rho*``
+#: 1 by ~1e-8): such a law is read as given, and its rho* is that of the sub-stochastic law.
+#: Without it, a float ``p`` summing to ``1 - 1e-16`` would need ``(1 - beta)^k >= 1e-16`` (the accepted mass may not exceed ``p``'s), pushing ``rho*``
 #: from 1.02 to 1.16 at k = 16; within the float check's slack ``VALIDITY_RTOL``.
 LAW_SUM_ROUNDOFF = 1e-12
 

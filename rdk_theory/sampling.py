@@ -28,8 +28,8 @@ class InverseCdf:
     ``self(u)`` maps uniforms ``u`` in [0, 1) to indices ``i`` with
     ``cdf[i-1] <= u * total < cdf[i]``; an index of zero weight is never returned (an index
     past the last positive weight is clamped to it: for u < 1, ``u * top`` rounds below ``top``
-    in float64, so only a u of 1, outside the domain, reaches the clamp). For loops that draw many times from
-    the same law (simulators), build it once; :func:`draw` and :func:`sample_steps` use it too.
+    in float64, so only a u of 1, outside the domain, reaches the clamp). For loops that draw
+    many times from the same law (simulators), build it once; :func:`draw` and :func:`sample_steps` use it too.
     """
 
     def __init__(self, weights):

@@ -50,8 +50,8 @@ def as_prob_array(x, name: str, *, allow_sub_stochastic: bool = False, atol: flo
     numpy object arrays of exact numbers (``Fraction``, Python or numpy ints) are checked
     exactly; torch tensors are checked on their own device (integer and bool tensors as
     float64, as numpy reads them; float8 tensors refused: within their eps, 0.125 or 0.25, a
-    row is hardly a law); anything else becomes float64 numpy (an object array that mixes floats with
-    Fractions too).
+    row is hardly a law); anything else becomes float64 numpy (an object array that mixes
+    floats with Fractions too).
     """
     if _is_torch(x):
         return _check_torch_probs(x, name, allow_sub_stochastic, atol)
@@ -392,8 +392,9 @@ def as_real_tensor(x, name: str):
 def _computable(x):
     """A floating-point tensor, or for a float8 one (``float8_e4m3fn``, ``float8_e5m2``, ...)
     its float32 copy: torch has almost no operations on float8 (no comparison, ``isfinite``,
-    ``minimum`` or sum in its own dtype), so such rows are computed in float32 (float16 and
-    bfloat16 rows, which torch computes with, keep their own dtype)."""
+    ``minimum`` or sum in its own dtype), so a transport computes such a ``q'`` in float32
+    (float16 and bfloat16, which torch computes with, keep their own dtype; float8 laws are
+    refused by :func:`as_prob_array`)."""
     if x.element_size() == 1:  # every one-byte floating dtype is a float8 format
         import torch
 
@@ -410,8 +411,8 @@ def _check_torch_probs(x, name, allow_sub_stochastic, atol):
     if not x.is_floating_point():  # integer and bool tensors: float64, as numpy reads them
         x = x.to(torch.float64)
     if x.element_size() == 1:  # float8: rows pass within eps, and alpha = 1.25 came out
-        raise InputError(f"{name} has dtype {x.dtype}, whose rounding (eps {torch.finfo(x.dtype).eps:g}) "
-                         "puts a law's sum, and so acceptances, off by more than any tolerance "
+        raise InputError(f"{name} has dtype {x.dtype}, whose rounding "
+                         f"(eps {torch.finfo(x.dtype).eps:g}) puts a law's sum, and so acceptances, off by more than any tolerance "
                          "here: upcast and renormalise it first, e.g. x.float() / "
                          "x.float().sum(-1, keepdim=True)")
     # a half-precision softmax misses 1 by its rounding (bf16: <= eps / 2 in all; fp16 also
