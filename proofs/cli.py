@@ -68,19 +68,31 @@ def cmd_prove(args) -> int:
     return 0 if ok else 1
 
 
+PROVE_DESCRIPTION = (
+    "Run the check of each statement (L, A, O1-O5, E, B, S, K): sympy where the argument is "
+    "symbolic ('proved'), exhaustive exact checks over small supports or numerical sweeps "
+    "otherwise ('verified'). Each also refutes a perturbed statement (its negative control). "
+    "Exit status 1 if anything fails.")
+
+
+def prove_epilog(prog: str) -> str:
+    return (f"example:\n  {prog} --json\n  -> {{\"statements\": [{{\"id\": \"L\", \"title\": ..., "
+            "\"status\": \"proved\", \"method\": ..., \"negative_control\": \"refuted\", ...}, ...]}")
+
+
+def add_prove_arguments(p) -> None:
+    """The options of ``rdk-theory prove`` (also ``python -m proofs``)."""
+    p.add_argument("--json", action="store_true", help="print one JSON object on stdout")
+    p.add_argument("--only", metavar="IDS", help="comma-separated statement ids, e.g. L,K")
+    p.set_defaults(func=cmd_prove)
+
+
 def register_prove(sub) -> None:
     p = sub.add_parser(
         "prove", formatter_class=RAW,
         help="check every statement (L, A, O1-O5, E, B, S, K: README, 'Verification layer') as code",
-        description="Run the check of each statement (L, A, O1-O5, E, B, S, K): sympy where the "
-                    "argument is symbolic ('proved'), exhaustive exact checks over small supports or "
-                    "numerical sweeps otherwise ('verified'). Each also refutes a perturbed "
-                    "statement (its negative control). Exit status 1 if anything fails.",
-        epilog="example:\n  rdk-theory prove --json\n  -> {\"statements\": [{\"id\": \"L\", \"title\": ..., "
-               "\"status\": \"proved\", \"method\": ..., \"negative_control\": \"refuted\", ...}, ...]}")
-    p.add_argument("--json", action="store_true", help="print one JSON object on stdout")
-    p.add_argument("--only", metavar="IDS", help="comma-separated statement ids, e.g. L,K")
-    p.set_defaults(func=cmd_prove)
+        description=PROVE_DESCRIPTION, epilog=prove_epilog("rdk-theory prove"))
+    add_prove_arguments(p)
 
 
 # ---------------------------------------------------------------------------------- bounds

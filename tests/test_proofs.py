@@ -75,6 +75,21 @@ def test_prove_cli_json(capsys):
         assert {"id", "title", "status", "method", "negative_control"} <= set(s)
 
 
+def test_python_m_proofs_runs_what_rdk_theory_prove_runs(capsys):
+    from proofs.__main__ import main as module_main
+
+    assert module_main(["--json", "--only", "A"]) == 0
+    out = json.loads(capsys.readouterr().out)
+    assert [s["id"] for s in out["statements"]] == ["A"] and out["ok"] is True
+    assert module_main(["--only", "Z9"]) == 2  # bad input: one line, exit 2, as `prove`
+    assert capsys.readouterr().err.startswith("error: unknown statement id")
+    with pytest.raises(SystemExit) as exc:  # argparse's usage error, in the one-line form
+        module_main(["--bogus"])
+    assert exc.value.code == 2
+    assert capsys.readouterr().err.strip() == ("error: python -m proofs: unrecognized arguments: "
+                                               "--bogus (see 'python -m proofs --help')")
+
+
 @pytest.mark.parametrize("only, message", [("Z9", "unknown statement id"),
                                            ("", "names no statement"), (" , ", "names no statement")])
 def test_prove_cli_refuses_ids_that_name_nothing(capsys, only, message):
