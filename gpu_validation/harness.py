@@ -25,6 +25,7 @@ import numpy as np
 
 from rdk_theory._optional import import_failure
 from rdk_theory._outdir import check_targets, out_folder, write_replacing
+from rdk_theory._progress import wanted
 from rdk_theory.validation import InputError
 
 from . import agreement, collect, figures, models, pruning, speculative, study, timing
@@ -97,11 +98,25 @@ def environment() -> dict:
 
 
 def _bar(total, desc, enabled):
+    """A tqdm bar on stderr, or None: ``enabled`` None draws it when stderr is a terminal (or
+    RDK_THEORY_PROGRESS=1), as every bar of rdk-theory; a pipe or a log file gets none."""
+    if not wanted(enabled):
+        return None
     try:
         from tqdm import tqdm
     except ImportError:
         return None
-    return tqdm(total=total, desc=desc, disable=enabled is False, leave=False)
+    return tqdm(total=total, desc=desc, file=sys.stderr, leave=False)
+
+
+def _collect_with_bar(tgt, drf, texts, desc, cfg):
+    """:func:`.collect.collect` on ``texts`` with a bar of one step per text (minutes on CPU)."""
+    bar = _bar(len(texts), desc, cfg.progress)
+    try:
+        return collect.collect(tgt, drf, texts, device=cfg.device, progress=bar)
+    finally:
+        if bar is not None:
+            bar.close()
 
 
 def collect_pair(cfg: RunConfig, log=print):
@@ -117,8 +132,8 @@ def collect_pair(cfg: RunConfig, log=print):
     if width is not None:
         log(f"LM heads of {tgt.output_width:,} and {drf.output_width:,} rows: both read over "
             f"their first {width:,} ids (past the tokenizer's {len(tgt.tokenizer):,})")
-    ev = collect.collect(tgt, drf, collect.EVAL_TEXTS, device=cfg.device)
-    ca = collect.collect(tgt, drf, collect.CALIB_TEXTS, device=cfg.device)
+    ev = _collect_with_bar(tgt, drf, collect.EVAL_TEXTS, "teacher-forcing evaluation texts", cfg)
+    ca = _collect_with_bar(tgt, drf, collect.CALIB_TEXTS, "teacher-forcing calibration texts", cfg)
     cal_ids = [collect.tokenize(tgt.tokenizer, collect.read_text(n)) for n in collect.CALIB_TEXTS]
     counts = pruning.token_counts(cal_ids, ev.p.shape[1])
     return tgt, drf, ev, ca, counts

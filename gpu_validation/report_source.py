@@ -8,6 +8,7 @@ side lives in ``rdk-theory validate``).
 from __future__ import annotations
 
 import gc
+import sys
 
 import numpy as np
 
@@ -21,16 +22,23 @@ def real_pair_report(args) -> dict | None:
 
     if not all(models.is_fetched(get_builtin(n)) for n in (DEFAULT_TARGET, DEFAULT_DRAFTER)):
         return None
+    from rdk_theory._progress import wanted
     from rdk_theory.report import capped_mean
 
     from . import collect, study
-    from .harness import RunConfig, collect_pair
+    from .harness import RunConfig, _bar, collect_pair
     from .pruning import kept_sizes_from_fractions
 
     quick = bool(getattr(args, "quick", False))
     fractions = list(getattr(args, "keep_fractions", None) or DEFAULT_KEEP)
-    cfg = RunConfig(fetch_missing=False)
-    tgt, drf, ev, ca, counts = collect_pair(cfg, log=lambda *a: None)
+    # on a terminal, say what the minutes go to (loading, teacher forcing, the study: about
+    # 3 minutes on 2 cores) and draw each stage's bar; a pipe or a log file gets the table only
+    show = wanted()
+    cfg = RunConfig(fetch_missing=False, progress=show)
+    log = (lambda *a: print("report:", *a, file=sys.stderr)) if show else (lambda *a: None)
+    log(f"real pair {DEFAULT_TARGET} / {DEFAULT_DRAFTER} (fetched): loading it and "
+        "teacher-forcing the shipped texts ('--source synthetic' for the synthetic LM)")
+    tgt, drf, ev, ca, counts = collect_pair(cfg, log=log)
     # the laws are collected: free the models (about 10 GB in float32) before the study,
     # which held them for nothing (the run's peak went from 15.6 GB to the collection's)
     infos = {"target": tgt.info, "drafter": drf.info}
@@ -41,10 +49,15 @@ def real_pair_report(args) -> dict | None:
     sel = np.linspace(0, n - 1, positions).round().astype(int)
     kept = kept_sizes_from_fractions(fractions, ev.p.shape[1])
     mu, factor = collect.calibration_stats(ca.p, rank=cfg.calib_rank)
-    st = study.acceptance_study(ev.p[sel], ev.q[sel], counts, kept, mu=mu, factor=factor,
-                                p_cal=ca.p, q_cal=ca.q, n_steps=0,
-                                rng=np.random.default_rng(getattr(args, "seed", 0)),
-                                exact_max_kept=16384 if quick else 40000)
+    bar = _bar(positions * len(kept), "acceptance study", show)
+    try:
+        st = study.acceptance_study(ev.p[sel], ev.q[sel], counts, kept, mu=mu, factor=factor,
+                                    p_cal=ca.p, q_cal=ca.q, n_steps=0,
+                                    rng=np.random.default_rng(getattr(args, "seed", 0)),
+                                    exact_max_kept=16384 if quick else 40000, progress=bar)
+    finally:
+        if bar is not None:
+            bar.close()
     rows = []
     for f, r in zip(fractions, st["rows"]):
         row = {"keep_fraction": float(f), "kept": r["kept"], "oov_cap": capped_mean(r["oov_cap"])}

@@ -5,12 +5,18 @@ import os
 import sys
 
 
-def progress(iterable, *, desc: str = "", total: int | None = None, enabled: bool | None = None):
-    if sys.stderr is None:  # pythonw and some embedded hosts: nowhere to draw a bar
-        return iterable
+def wanted(enabled: bool | None = None) -> bool:
+    """Whether to draw a bar: ``enabled`` when given, else when stderr is a terminal or
+    ``RDK_THEORY_PROGRESS=1``; never without a stderr (pythonw, some embedded hosts)."""
+    if sys.stderr is None:
+        return False
     if enabled is None:
-        enabled = sys.stderr.isatty() or os.environ.get("RDK_THEORY_PROGRESS") == "1"
-    if not enabled:
+        return sys.stderr.isatty() or os.environ.get("RDK_THEORY_PROGRESS") == "1"
+    return bool(enabled)
+
+
+def progress(iterable, *, desc: str = "", total: int | None = None, enabled: bool | None = None):
+    if not wanted(enabled):
         return iterable
     try:
         from tqdm.auto import tqdm

@@ -199,6 +199,40 @@ def test_a_kept_size_equal_to_the_drafters_vocabulary_is_allowed(tiny, tmp_path)
     assert [e["kept"] for e in report["speculative"]] == [300]
 
 
+@pytest.mark.parametrize("progress", [True, False])
+def test_collection_draws_one_bar_step_per_text(monkeypatch, capsys, progress):
+    """Teacher forcing is minutes of a validation run (and of the main job on the real pair):
+    each of the two collections gets a bar of one step per text when progress is on, none
+    when it is off."""
+    from types import SimpleNamespace
+
+    vocab = {"a": 0, "b": 1}
+    lm = SimpleNamespace(tokenizer=SimpleNamespace(get_vocab=lambda: vocab))
+    seen = []
+
+    def fake_collect(tgt, drf, texts, *, device, progress):
+        seen.append((tuple(texts), progress and (progress.total, progress.desc)))
+        if progress is not None:
+            progress.update(len(texts))
+        return SimpleNamespace(p=np.full((3, 2), 0.5))
+
+    monkeypatch.setattr(models, "load", lambda spec, **kw: lm)
+    monkeypatch.setattr(models, "share_output_width", lambda *a: None)
+    monkeypatch.setattr(collect, "collect", fake_collect)
+    monkeypatch.setattr(collect, "read_text", lambda name: "a b")
+    monkeypatch.setattr(collect, "tokenize", lambda tok, text: [0, 1])
+    harness.collect_pair(harness.RunConfig(target="t", drafter="d", progress=progress),
+                         log=lambda *a: None)
+    ev, ca = collect.EVAL_TEXTS, collect.CALIB_TEXTS
+    if progress:
+        assert seen == [(tuple(ev), (len(ev), "teacher-forcing evaluation texts")),
+                        (tuple(ca), (len(ca), "teacher-forcing calibration texts"))]
+        assert "teacher-forcing evaluation texts" in capsys.readouterr().err
+    else:
+        assert seen == [(tuple(ev), None), (tuple(ca), None)]
+        assert capsys.readouterr().err == ""
+
+
 def test_tokenizers_with_the_same_size_but_other_ids_are_refused(monkeypatch):
     """The pruned-drafter study needs one tokenizer: same number of ids is not enough."""
     from types import SimpleNamespace

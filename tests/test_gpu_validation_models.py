@@ -334,6 +334,31 @@ def test_report_source_defaults_to_its_own_keep_fractions(stubbed_pair):
     assert calls["study"]["rng"].random() == np.random.default_rng(0).random()
 
 
+@pytest.mark.parametrize("terminal", [True, False])
+def test_report_source_shows_its_stages_only_on_a_terminal(stubbed_pair, monkeypatch, capsys,
+                                                           terminal):
+    """The main job on the real pair ran 3-8 silent minutes: on a terminal (here forced by
+    RDK_THEORY_PROGRESS=1) it now names what it loads and draws each stage's bar (collection
+    through RunConfig.progress, the study's one step per position and kept size); a pipe or
+    a log file still gets nothing on stderr."""
+    from gpu_validation.report_source import real_pair_report
+
+    if terminal:
+        monkeypatch.setenv("RDK_THEORY_PROGRESS", "1")
+    else:
+        monkeypatch.delenv("RDK_THEORY_PROGRESS", raising=False)
+    pair, calls = stubbed_pair
+    pair(200)
+    real_pair_report(SimpleNamespace(quick=True, seed=0))
+    bar, err = calls["study"]["progress"], capsys.readouterr().err
+    assert calls["cfg"].progress is terminal
+    if terminal:
+        assert bar.total == 128 * 5 and bar.desc == "acceptance study"
+        assert err.startswith(f"report: real pair {DEFAULT_TARGET} / {DEFAULT_DRAFTER} (fetched)")
+    else:
+        assert bar is None and err == ""
+
+
 def test_registry_vocabularies_and_case_insensitive_lookup():
     """Each built-in model's vocabulary is MODELS.md's (the kept-size check refuses sizes
     beyond it; only the Qwen pair's was asserted), and a built-in name is found in any case
