@@ -69,7 +69,7 @@ def disco_figure(path, c, trace_static, trace_oracle, toy_static, toy_oracle, to
     axes[0].plot(g, trace_static, marker=".", label="static gamma")
     axes[0].axhline(trace_oracle, color="C3", ls="--", label="oracle")
     axes[0].set_title(f"regime trace (exact DP), c = {c:g}", fontsize=9)
-    gs = np.arange(1, len(toy_static) + 1)
+    gs = np.arange(len(toy_static))
     axes[1].plot(gs, toy_static, marker=".", label="static gamma")
     axes[1].axhline(toy_oracle, color="C3", ls="--", label="oracle")
     axes[1].axhline(toy_threshold, color="C2", ls=":", label="best confidence threshold")
