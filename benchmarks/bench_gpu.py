@@ -36,6 +36,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # run from a check
 import rdk_theory as rt  # noqa: E402
 from rdk_theory import _triton  # noqa: E402
 from rdk_theory._timing import median_times  # noqa: E402
+from rdk_theory.validation import int_at_least  # noqa: E402
 
 
 def _laws(rng, shape):
@@ -90,9 +91,9 @@ def main(argv=None):
                                  formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--sizes", default="32768,151936,262144", help="target vocabulary sizes N")
     ap.add_argument("--batches", default="1,64,1024", help="batch sizes")
-    ap.add_argument("--s", type=int, default=64, help="calibration rows S (default 64)")
+    ap.add_argument("--s", type=int_at_least(1), default=64, help="calibration rows S (default 64)")
     ap.add_argument("--tau", type=float, default=0.01, help="temperature (default 0.01)")
-    ap.add_argument("--repeats", type=int, default=21, help="timed runs per method (default 21)")
+    ap.add_argument("--repeats", type=int_at_least(1), default=21, help="timed runs per method (default 21)")
     ap.add_argument("--out", type=Path, help="write DIR/bench_gpu.json")
     args = ap.parse_args(argv)
     import torch

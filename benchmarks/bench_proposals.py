@@ -71,6 +71,7 @@ import numpy as np
 import rdk_theory as rt
 import rdk_theory.case  # noqa: F401  (default_tau)
 from rdk_theory import _fused
+from rdk_theory._outdir import writable_file
 from rdk_theory._timing import cache_evictor, median_times
 from rdk_theory.validation import int_at_least
 
@@ -313,13 +314,18 @@ def main(argv=None):
                     help="S, calibration rows (default 64)")
     ap.add_argument("--repeats", type=int_at_least(1), default=None,
                     help="runs per method (default 21; 5 with --quick)")
-    ap.add_argument("--json", default=None, help="write the results here")
+    ap.add_argument("--json", type=writable_file, default=None,
+                    help="write the results here (its folder must exist; checked before the run)")
     ap.add_argument("--table", metavar="RESULTS.json", default=None,
                     help="print the README's markdown tables from an earlier --json run, and stop")
     args = ap.parse_args(argv)
     if args.table:
-        with open(args.table) as fh:
-            print(markdown(json.load(fh)))
+        try:
+            with open(args.table) as fh:
+                results = json.load(fh)
+        except (OSError, ValueError) as exc:  # missing, a folder, unreadable, not JSON
+            ap.error(f"--table {args.table}: {exc}")
+        print(markdown(results))
         return
     repeats = args.repeats if args.repeats is not None else (5 if args.quick else 21)
     fused = _fused.available()

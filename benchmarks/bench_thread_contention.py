@@ -18,11 +18,12 @@ import numpy as np
 import rdk_theory as rt
 from rdk_theory import _fused
 from rdk_theory._timing import median_times
+from rdk_theory.validation import int_at_least
 
 
 def main(argv=None):
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("--repeats", type=int, default=31, help="runs per method (default 31)")
+    ap.add_argument("--repeats", type=int_at_least(1), default=31, help="runs per method (default 31)")
     args = ap.parse_args(argv)
     if not _fused.available():
         raise SystemExit("numba is not installed: pip install 'rdk-theory[fast]'")

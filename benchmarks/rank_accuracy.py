@@ -24,6 +24,7 @@ import numpy as np
 import rdk_theory as rt
 import rdk_theory.case  # noqa: F401  (default_tau)
 from rdk_theory import _fused
+from rdk_theory._outdir import writable_file
 from rdk_theory.validation import int_at_least
 
 
@@ -96,7 +97,8 @@ def main(argv=None):
     ap.add_argument("--ranks", type=int_at_least(1), nargs="+", default=[1, 2, 4, 8, 16],
                     help="truncated ranks (default 1 2 4 8 16)")
     ap.add_argument("--seed", type=int_at_least(0), default=0)
-    ap.add_argument("--json", default=None, help="also write the results here")
+    ap.add_argument("--json", type=writable_file, default=None,
+                    help="also write the results here (its folder must exist; checked before the run)")
     args = ap.parse_args(argv)
     if args.n > 8192:
         ap.error("--n above 8192: the exact dense kernel would take more than 512 MiB")

@@ -139,8 +139,9 @@ def add_run_arguments(p) -> None:
     p.add_argument("--topk", type=int_at_least(1), metavar="K",
                    help="also save the teacher-forced laws to laws.npz, top-K compressed with "
                         "the exact tail mass, and check |alpha - alpha_topk| <= tail_p + tail_q")
-    p.add_argument("--e2e-kept", help="kept sizes of the end-to-end generation "
-                                      "(default: the largest and smallest of --kept)")
+    p.add_argument("--e2e-kept", help="kept sizes of the end-to-end generation (default: the "
+                                      "largest and smallest of --kept; with --quick and no "
+                                      "--kept, 4096 only, and with TLI only)")
     p.add_argument("--e2e-tokens", type=int_at_least(1), metavar="N",
                    help="new tokens per prompt in generation (default 96, 48 with --quick): at "
                         "least N, since generation stops after the first round that reaches N, "

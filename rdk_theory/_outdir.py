@@ -65,6 +65,23 @@ def check_targets(out: str, names) -> None:
             raise InputError(f"--out {out}: {name} is a folder; the run writes a file there")
 
 
+def writable_file(text: str) -> str:
+    """An argparse type for a file written at the end of a long run (a benchmark's ``--json``):
+    a path that names a folder, lies in a folder that does not exist, or cannot be written
+    is a usage error before the work, not a traceback after it with the results lost."""
+    import argparse
+
+    if not os.path.basename(text) or os.path.isdir(text):
+        raise argparse.ArgumentTypeError(f"{text!r} names no file (e.g. results.json)")
+    folder = os.path.dirname(text) or "."
+    if not os.path.isdir(folder):
+        raise argparse.ArgumentTypeError(f"{text!r}: the folder {folder!r} does not exist "
+                                         "or is not a folder")
+    if not os.access(folder, os.W_OK) or (os.path.exists(text) and not os.access(text, os.W_OK)):
+        raise argparse.ArgumentTypeError(f"{text!r} cannot be written (no write permission)")
+    return text
+
+
 def write_replacing(path: str, write) -> None:
     """``write(tmp)`` into a new file beside ``path``, then rename it onto ``path``: a write
     that fails part-way (a full disk, a figure that cannot be drawn) leaves the previous

@@ -99,6 +99,12 @@ def test_bench_proposals_times_what_it_names_and_tables_round_honestly():
     ("rank_accuracy", ["--tau", "inf"], "--tau a finite number > 0"),
     ("rank_accuracy", ["--n", "16"], "topic_size"),
     ("rank_accuracy", ["--seed", "-1"], "--seed: expected an integer >= 0"),
+    # each was a traceback: --json after the whole run (103 s, the results lost), --table at once
+    ("bench_proposals", ["--json", "no-such-folder/b.json"], "the folder 'no-such-folder' does not"),
+    ("bench_proposals", ["--json", "."], "'.' names no file"),
+    ("rank_accuracy", ["--json", "no-such-folder/x.json"], "the folder 'no-such-folder' does not"),
+    ("bench_proposals", ["--table", "no-such-results.json"], "--table no-such-results.json: "),
+    ("bench_thread_contention", ["--repeats", "0"], "--repeats: expected an integer >= 1"),
 ])
 def test_bench_scripts_refuse_bad_options_in_one_usage_error(script, argv, message, capsys):
     """--repeats 0 silently meant 21 and -2 failed with a ValueError after the kernels were
