@@ -104,6 +104,10 @@ def main(argv=None):
         ap.error("--n above 8192: the exact dense kernel would take more than 512 MiB")
     if any(not 0 < k <= 1 for k in args.keep) or any(not 0 < t < np.inf for t in args.tau or [1]):
         ap.error("--keep must be in (0, 1] and --tau a finite number > 0")  # NaN fails too
+    big = [r for r in args.ranks if r > min(args.calibration, args.n)]
+    if big:  # its column was silently left out of the table
+        ap.error(f"--ranks {big[0]} exceeds the factor's rank, at most min(--calibration, --n) = "
+                 f"{min(args.calibration, args.n)}")
     try:
         res = study(args.n, args.contexts, args.calibration, args.keep, args.tau, args.ranks,
                     args.seed)

@@ -30,14 +30,6 @@ class CarryError(Exception):
     """A chunk is missing or corrupt, or the joined file's hash is wrong."""
 
 
-def _sha256(path: Path) -> str:
-    h = hashlib.sha256()
-    with open(path, "rb") as fh:
-        while block := fh.read(BLOCK):
-            h.update(block)
-    return h.hexdigest()
-
-
 def split(path, out_dir, chunk_mib: float = 60) -> dict:
     """Write the chunks of ``path`` and ``manifest.json`` into ``out_dir``; return the manifest."""
     path, out_dir = Path(path), Path(out_dir)
@@ -50,16 +42,20 @@ def split(path, out_dir, chunk_mib: float = 60) -> dict:
     out_dir.mkdir(parents=True, exist_ok=True)
     whole, chunks = hashlib.sha256(), []
     with open(path, "rb") as fh:
-        while True:
-            data = fh.read(size)
-            if not data and chunks:
+        while True:  # each chunk copied in blocks: memory stays flat whatever --chunk-mib is
+            name = f"{path.name}.part{len(chunks):03d}"  # (a read of `size` bytes at once
+            h, n = hashlib.sha256(), 0  # allocated them: --chunk-mib 1e5 was a MemoryError)
+            with open(out_dir / name, "wb") as out:
+                while n < size and (block := fh.read(min(BLOCK, size - n))):
+                    out.write(block)
+                    h.update(block)
+                    whole.update(block)
+                    n += len(block)
+            if n == 0 and chunks:  # the file ended with the previous chunk
+                (out_dir / name).unlink()
                 break
-            name = f"{path.name}.part{len(chunks):03d}"
-            (out_dir / name).write_bytes(data)
-            whole.update(data)
-            chunks.append({"file": name, "bytes": len(data),
-                           "sha256": hashlib.sha256(data).hexdigest()})
-            if len(data) < size:
+            chunks.append({"file": name, "bytes": n, "sha256": h.hexdigest()})
+            if n < size:
                 break
     manifest = {"name": path.name, "bytes": sum(c["bytes"] for c in chunks),
                 "sha256": whole.hexdigest(), "chunk_mib": chunk_mib, "chunks": chunks}

@@ -105,6 +105,9 @@ def test_bench_proposals_times_what_it_names_and_tables_round_honestly():
     ("rank_accuracy", ["--json", "no-such-folder/x.json"], "the folder 'no-such-folder' does not"),
     ("bench_proposals", ["--table", "no-such-results.json"], "--table no-such-results.json: "),
     ("bench_thread_contention", ["--repeats", "0"], "--repeats: expected an integer >= 1"),
+    # a rank above the factor's was left out of the table without a word
+    ("rank_accuracy", ["--calibration", "4", "--ranks", "2", "8"],
+     "--ranks 8 exceeds the factor's rank, at most min(--calibration, --n) = 4"),
 ])
 def test_bench_scripts_refuse_bad_options_in_one_usage_error(script, argv, message, capsys):
     """--repeats 0 silently meant 21 and -2 failed with a ValueError after the kernels were

@@ -172,6 +172,32 @@ def test_a_failed_join_leaves_a_file_already_at_out_alone(tmp_path):
     assert not list(tmp_path.glob("*.partial"))
 
 
+@pytest.mark.parametrize("mib", ["1e5", "1e13"])
+def test_a_chunk_larger_than_the_file_or_memory_is_one_chunk(tmp_path, capsys, mib):
+    """--chunk-mib 1e5 read 100 GB at once (a MemoryError traceback for a 3-byte file) and 1e13
+    overflowed the read size: chunks are now copied in blocks, so any size works."""
+    (tmp_path / "f.bin").write_bytes(b"abc")
+    assert carry.main(["split", str(tmp_path / "f.bin"), str(tmp_path / "c"), "--chunk-mib",
+                       mib]) == 0
+    assert sorted(p.name for p in (tmp_path / "c").iterdir()) == ["f.bin.part000", "manifest.json"]
+    assert carry.join(tmp_path / "c", tmp_path / "back").read_bytes() == b"abc"
+
+
+@pytest.mark.parametrize("n", [0, 3 * 1024, 3 * 1024 + 5])
+def test_chunks_copied_in_small_blocks_are_the_same_chunks(tmp_path, monkeypatch, n):
+    """A chunk spans many copy blocks (BLOCK = 7 bytes here): the same manifest as one read per
+    chunk, and no empty trailing chunk file when the size is a multiple of the chunk."""
+    src = tmp_path / "m.bin"
+    src.write_bytes(_blob(n, 2))
+    whole = carry.split(src, tmp_path / "one", KIB)
+    monkeypatch.setattr(carry, "BLOCK", 7)
+    small = carry.split(src, tmp_path / "small", KIB)
+    assert small == whole and whole["chunks"][-1]["bytes"] == (n % 1024 or min(n, 1024))
+    assert sorted(p.name for p in (tmp_path / "small").iterdir()) == sorted(
+        [c["file"] for c in small["chunks"]] + ["manifest.json"])
+    assert carry.join(tmp_path / "small", tmp_path / "back").read_bytes() == src.read_bytes()
+
+
 @pytest.mark.parametrize("mib", ["nan", "inf", "0", "-1", "1e-9"])  # 1e-9 MiB: 0 bytes
 def test_split_refuses_a_chunk_size_that_is_not_a_positive_number(tmp_path, capsys, mib):
     (tmp_path / "f.bin").write_bytes(b"abc")
