@@ -380,3 +380,21 @@ def test_expected_tokens_per_call_is_per_row_on_a_batch():
     F = Fraction
     exact = expected_tokens_per_call(np.array([[F(1, 2), F(1, 2)], [F(1, 3), F(1)]], dtype=object))
     assert list(exact) == [F(7, 4), F(5, 3)]
+
+
+def test_bounds_table_without_oov_tokens_and_above_the_lp_vocabulary(tmp_path, capsys):
+    """The table's two other branches: a drafter covering every target token leaves the
+    rank-one kernel nothing to add (lam = 0, alpha that of TLI), and N_T = 65 is above the
+    dense LP's limit of 64, so the static-kernel row is replaced by the reason it was skipped
+    (whatever --lp says)."""
+    rng = np.random.default_rng(0)
+    p, q = rng.dirichlet(np.ones(65), 2), rng.dirichlet(np.ones(65), 2)
+    np.savez(tmp_path / "n.npz", target_probs=p, draft_probs=q, draft_to_target=np.arange(65))
+    alpha_tli = float(acceptance_rate(p, tli_proposal(q, VocabMap(65, np.arange(65)))).mean())
+    for lp in ("auto", "always"):
+        assert main(["bounds", str(tmp_path / "n.npz"), "--lp", lp]) == 0
+        lines = capsys.readouterr().out.splitlines()
+        assert f"{'best rank-one kernel (lam = 0.0000)':<44}{alpha_tli:>10.6f}" in lines
+        assert lines.count("best static kernel (LP): skipped, N_T = 65 > 64 (dense LP)") == 1
+        assert not any(ln.startswith("best static kernel (LP) ") for ln in lines)
+        assert f"{'alpha tli':<44}{alpha_tli:>10.6f}" in lines

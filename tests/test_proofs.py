@@ -581,3 +581,30 @@ def test_K_fails_when_rho_star_reaches_less_than_1_minus_1_over_e_of_the_optimum
     assert res.status == "failed", res.to_dict()
     c = res.counterexample
     assert 0.5 <= c["acceptance"] / c["lp"] < 1 - np.exp(-1)
+
+
+def test_prove_table_names_a_failed_statement_and_its_counterexample(capsys, monkeypatch):
+    """The text form of a run with a failed statement (only --json had one): its table row,
+    the count in the summary, then 'ID: failed' and the counterexample as the JSON shows it
+    (Fractions as 'a/b'); a statement that holds gets no such block. Exit status 1."""
+    import re
+
+    import proofs.registry as registry
+    from proofs.result import CheckResult
+
+    results = [CheckResult("L", "holds", "proved", "m", "pert", "refuted", cases=4, seconds=0.25),
+               CheckResult("A", "breaks", "failed", "m", "pert", "refuted", cases=7, seconds=1.5,
+                           counterexample={"p": [Fraction(1, 2), Fraction(1, 2)], "k": 3})]
+    asked = []
+    monkeypatch.setattr(registry, "run_all", lambda ids: asked.append(ids) or results)
+    assert main(["prove"]) == 1
+    lines = capsys.readouterr().out.splitlines()
+    assert asked == [None]  # no --only: every statement
+    assert lines[:4] == [f"{'id':<4}{'status':<10}{'negative control':<18}{'cases':>7}{'sec':>7}  title",
+                         f"{'L':<4}{'proved':<10}{'refuted':<18}{4:>7}{0.25:>7.2f}  holds",
+                         f"{'A':<4}{'failed':<10}{'refuted':<18}{7:>7}{1.5:>7.2f}  breaks", ""]
+    assert re.fullmatch(r"2 statements in \d+\.\d s: 1 proved \(symbolic\), 0 verified "
+                        r"\(exhaustive/numerical\), 1 failed; 2 of 2 negative controls refuted\.",
+                        lines[4]), lines[4]
+    assert lines[5:] == ["", "A: failed", "  counterexample: {'p': ['1/2', '1/2'], 'k': 3}",
+                         "Use --json for methods and counterexamples."]

@@ -185,6 +185,23 @@ def exact_rho_star(p, q, k) -> tuple:
     return lo, hi
 
 
+def test_kseq_best_rho_searches_up_to_k_itself_when_float_k_rounds_below_it():
+    """k = 2^53 + 1 has no float: float(k) = 2^53 is below it, and the bisection's upper end
+    is then the float above (2^53 + 2). With p = (1, 0) and q = (1e-40, 1 - 1e-40) (the
+    float 1.0: the law is q over its exact sum), beta = q(0) = e ~ 1e-40 for rho < 1/e, and
+    1 - (1 - e)^k <= rho e holds only for rho >= ~k - k^2 e / 2 = k - 4e-9: 2^53 (= k - 1) is
+    invalid, so an upper end left at float(k) would be returned invalid; the answer is
+    2^53 + 2, exactly valid (the condition decided in Fractions for the laws the floats are,
+    by kseq_is_valid's exact tier, cheap at any k)."""
+    k = 2 ** 53 + 1
+    p, q = np.array([1.0, 0.0]), np.array([1e-40, 1 - 1e-40])
+    rho = kseq_best_rho(p, q, k)
+    assert rho == 2.0 ** 53 + 2
+    laws = np.array(float_law(p), dtype=object), np.array(float_law(q), dtype=object)
+    assert kseq_is_valid(*laws, Fraction(rho), k)
+    assert not kseq_is_valid(*laws, Fraction(2 ** 53), k)
+
+
 @pytest.mark.timeout(60)
 def test_kseq_best_rho_ends_and_refuses_a_tolerance_it_cannot_meet():
     """The bisection looped forever once tol was below the float spacing near rho* (tol = 0,

@@ -190,7 +190,6 @@ def test_spectr_lp_optimum_of_disjoint_supports_is_plus_zero():
     assert opt == 0.0 and math.copysign(1.0, opt) == 1.0
 
 
-
 def test_a_figure_that_fails_at_the_end_loses_the_figure_not_the_results(capsys, tmp_path,
                                                                          monkeypatch):
     """The numbers are printed before the figure is drawn: a write that fails then (a full
@@ -418,3 +417,76 @@ def test_block_refuses_a_monte_carlo_size_it_cannot_hold(capsys):
                       "--mc", "3000000000")
     assert rc == 2 and err.strip() == ("error: --mc must be at most 10,000,000 for block (every "
                                        "block is kept, about 33 bytes each), got 3,000,000,000")
+
+
+def _drawn_figures(monkeypatch):
+    """The figures the simulators draw, kept (not saved): ``plots._save`` records each."""
+    from simulators import plots
+
+    figs = []
+    monkeypatch.setattr(plots, "_save", lambda fig, path: figs.append(fig))
+    return plots, figs
+
+
+def test_disco_figure_plots_each_static_gamma_from_zero_against_its_time(capsys, tmp_path,
+                                                                          monkeypatch):
+    """The disco figure (never drawn by the suite): both panels put static gamma 0..gamma_max
+    on the x axis, the left one the trace DP's time per token, the right one the toy runs'
+    static_0..static_gamma_max (static_0 included, as in the JSON), with the oracle and the
+    best threshold as horizontal lines at their reported times."""
+    plots, figs = _drawn_figures(monkeypatch)
+    rc, out, _ = _run(capsys, "disco", "--c", "0.1", "--tokens", "300", "--trace-length", "100",
+                      "--gamma-max", "3", "--json", "--figure", str(tmp_path / "d.png"))
+    assert rc == 0 and len(figs) == 1
+    obj = json.loads(out)
+    left, right = figs[0].axes
+    lines = [[list(ln.get_xdata()), list(ln.get_ydata())] for ln in left.lines + right.lines]
+    plots._plt().close(figs[0])
+    runs = obj["toy_runs"]
+    best_thr = runs[obj["toy_best_threshold"]]["time_per_token"]
+    oracle, toy_oracle = obj["trace"]["oracle_time_per_token"], runs["oracle"]["time_per_token"]
+    assert lines == [[[0, 1, 2, 3], obj["trace"]["static_time_per_token"]],
+                     [[0, 1], [oracle, oracle]],
+                     [[0, 1, 2, 3], [runs[f"static_{g}"]["time_per_token"] for g in range(4)]],
+                     [[0, 1], [toy_oracle, toy_oracle]],
+                     [[0, 1], [best_thr, best_thr]]]
+
+
+def test_string_cost_figure_plots_the_segmentation_counts_and_the_enumeration_times(
+        capsys, tmp_path, monkeypatch):
+    """The string figure (never drawn by the suite): segmentations against every length, and
+    on the twin axis the enumeration times of the lengths that were enumerated (1..7) only,
+    each the value the JSON reports."""
+    plots, figs = _drawn_figures(monkeypatch)
+    rc, out, _ = _run(capsys, "string", "--max-length", "9", "--json", "--figure",
+                      str(tmp_path / "s.png"))
+    assert rc == 0 and len(figs) == 1
+    cost = json.loads(out)["cost"]
+    ax, ax2 = figs[0].axes
+    counts, times = ax.lines[0], ax2.lines[0]
+    got = [list(counts.get_xdata()), list(counts.get_ydata()), list(times.get_xdata()),
+           list(times.get_ydata()), len(ax.lines), len(ax2.lines)]
+    plots._plt().close(figs[0])
+    assert got == [list(range(1, 10)), [c["segmentations"] for c in cost], list(range(1, 8)),
+                   [c["enumeration_seconds"] for c in cost[:7]], 1, 1]
+    assert all("enumeration_seconds" not in c for c in cost[7:])
+
+
+def test_disco_runs_the_hetero_pair_whose_drafter_retokenizes(capsys):
+    """--pair hetero (never run by disco): its drafter is a RetokenizingLM, whose float copy
+    the toy runs use; the float copy gives the exact chain's laws as floats. Every static
+    gamma from 0 runs, then the oracle; static_0 drafts nothing (1 per token)."""
+    from simulators.toy_lm import RetokenizingLM, toy_pair
+
+    drafter = toy_pair("hetero", seed=0).drafter
+    fl = drafter.float_copy()
+    assert isinstance(fl, RetokenizingLM) and fl.draft_tokens == drafter.draft_tokens
+    assert fl.target_tokens == drafter.target_tokens
+    for ctx in [(), (0,), (3, 4), (4, 2, 1)]:
+        assert list(fl.next_probs(ctx)) == [float(v) for v in drafter.next_probs(ctx)]
+    rc, out, _ = _run(capsys, "disco", "--pair", "hetero", "--tokens", "200", "--trace-length",
+                      "50", "--gamma-max", "2", "--thresholds", "--json")
+    obj = json.loads(out)
+    assert rc == 0 and obj["toy_trace"]["pair"] == "hetero"
+    assert list(obj["toy_runs"]) == ["static_0", "static_1", "static_2", "oracle"]
+    assert obj["toy_runs"]["static_0"]["time_per_token"] == 1.0
