@@ -22,17 +22,6 @@ def is_exact(x) -> bool:
     return isinstance(x, np.ndarray) and x.dtype == object
 
 
-def floating(x):
-    """``x``, or for an integer or boolean tensor its float64 copy: a kernel's matrices are
-    cast to the input tensor's dtype, which must not be an integer one (numpy promotes by
-    itself)."""
-    if is_torch(x) and not (x.is_floating_point() or x.is_complex()):
-        import torch
-
-        return x.to(torch.float64)
-    return x
-
-
 def minimum(a, b):
     if is_torch(a):
         import torch

@@ -73,10 +73,6 @@ def _host_pair(target_probs, tli_proposals):
     return out
 
 
-def _alpha_mix(p, qp, k_qp, lam):
-    return np.minimum(p, (1 - lam) * qp + lam * k_qp).sum(axis=-1)
-
-
 #: :func:`best_mixing_lambda`: values of ``A`` within this many ulps of its maximum are ties.
 TIE_ULPS = 64
 
