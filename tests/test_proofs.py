@@ -75,6 +75,19 @@ def test_prove_cli_json(capsys):
         assert {"id", "title", "status", "method", "negative_control"} <= set(s)
 
 
+@pytest.mark.parametrize("terminal", [True, False])
+def test_prove_counts_its_statements_on_a_terminal_only(capsys, monkeypatch, terminal):
+    """A whole run is 12-30 silent seconds: on a terminal (forced by RDK_THEORY_PROGRESS=1) a
+    bar counts the statements on stderr; a pipe gets nothing there."""
+    if terminal:
+        monkeypatch.setenv("RDK_THEORY_PROGRESS", "1")
+    else:
+        monkeypatch.delenv("RDK_THEORY_PROGRESS", raising=False)
+    assert main(["prove", "--json", "--only", "A,B"]) == 0
+    err = capsys.readouterr().err
+    assert ("statements: 100%" in err and "2/2" in err) if terminal else err == ""
+
+
 def test_python_m_proofs_runs_what_rdk_theory_prove_runs(capsys):
     from proofs.__main__ import main as module_main
 
