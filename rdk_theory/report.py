@@ -172,13 +172,17 @@ def plot_report(report: dict, path: str) -> None:
 
 
 def _parse_keep(text: str):
+    """``--keep`` as fractions in (0, 1], a repeat once (as validate's --kept); an empty item
+    ('0.5,,0.25', '0.5,') is refused, not skipped."""
+    if any(not v.strip() for v in text.split(",")):
+        raise InputError(f"--keep has an empty item, got '{text}'")
     try:
-        vals = [float(v) for v in text.split(",") if v.strip()]
+        vals = [float(v) for v in text.split(",")]
     except ValueError:
         raise InputError(f"--keep must be comma-separated fractions, got '{text}'") from None
     if not vals or any(not 0 < v <= 1 for v in vals):
         raise InputError(f"--keep fractions must lie in (0, 1], got '{text}'")
-    return vals
+    return list(dict.fromkeys(vals))  # a repeat once: its row said nothing new
 
 
 def _synthetic_vocab(args) -> int:

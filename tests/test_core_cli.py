@@ -392,11 +392,23 @@ def test_report_refuses_a_bad_out_or_input_and_leaves_no_folder_behind(tmp_path,
             (["--vocab", "10", "--out", str(tmp_path / "o1" / "sub")], "--vocab must be"),
             (["--keep", "2", "--out", str(tmp_path / "o2")], "--keep"),
             (["--keep", "0,1", "--out", str(tmp_path / "o3")], "--keep"),  # a 0 was a table row
+            # an empty item was skipped (validate's --kept refuses one)
+            (["--keep", "0.5,,0.25", "--out", str(tmp_path / "o4")], "--keep has an empty item"),
+            (["--keep", "0.5,", "--out", str(tmp_path / "o5")], "--keep has an empty item"),
             (["--out", str(tmp_path / "afile")], "exists and is not a directory"),
             (["--out", str(tmp_path / "afile" / "sub")], "lies under a file")):
         code, out, err = _run(capsys, "report", "--source", "synthetic", "--quick", *argv)
         assert code == 2 and err.startswith("error: --") and match in err, err
     assert sorted(p.name for p in tmp_path.iterdir()) == ["afile"]
+
+
+def test_report_keeps_a_repeated_fraction_once(tmp_path, capsys):
+    """--keep 0.5,0.25,0.5 printed the 0.5 row twice (validate's --kept keeps a repeat once)."""
+    code, out, err = _run(capsys, "report", "--source", "synthetic", "--quick", "--vocab", "24",
+                          "--keep", "0.5,0.25,0.5", "--out", str(tmp_path))
+    assert code == 0, err
+    rows = json.loads((tmp_path / "report.json").read_text())["rows"]
+    assert [r["keep_fraction"] for r in rows] == [0.5, 0.25]
 
 
 def test_report_removes_the_folders_it_made_when_the_run_fails(tmp_path, capsys, monkeypatch):
