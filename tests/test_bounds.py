@@ -398,3 +398,18 @@ def test_bounds_table_without_oov_tokens_and_above_the_lp_vocabulary(tmp_path, c
         assert lines.count("best static kernel (LP): skipped, N_T = 65 > 64 (dense LP)") == 1
         assert not any(ln.startswith("best static kernel (LP) ") for ln in lines)
         assert f"{'alpha tli':<44}{alpha_tli:>10.6f}" in lines
+
+
+def test_best_static_kernel_mask_needs_every_row_not_every_column():
+    """Each row of M must have an allowed entry (a row-stochastic M then exists); an empty
+    column is fine (no token is sent there). The check looked at the columns: a mask with an
+    empty row was passed to the LP, and one with an empty column refused."""
+    from rdk_theory.validation import InputError
+
+    p, q = np.array([[0.5, 0.5]]), np.array([[1.0, 0.0]])
+    with pytest.raises(InputError, match="mask leaves a row of the kernel without any allowed "
+                                         "entry"):
+        best_static_kernel_lp(p, q, mask=[[1, 1], [0, 0]])
+    m, best = best_static_kernel_lp(p, q, mask=[[1, 0], [1, 0]])  # everything to token 0
+    assert_close(m, [[1.0, 0.0], [1.0, 0.0]], atol=LP_ATOL)
+    assert_close(best, 0.5, atol=LP_ATOL)

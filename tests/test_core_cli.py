@@ -718,3 +718,115 @@ def test_a_case_kernel_of_the_wrong_shape_is_named_with_both_shapes(tmp_path, ca
     code, out, err = _run(capsys, "acceptance", str(tmp_path / "case.npz"), *extra)
     assert code == 2 and out == ""
     assert err == f"error: kernel must be (12, 12), got {kernel.shape}\n"
+
+
+def test_synthetic_report_tv_is_between_the_exact_and_first_order_proposals():
+    """tv_exact_first_order is the mean TV between the exact covariance kernel's and the
+    first-order kernel's proposals, both at the picked tau, on the evaluation rows (the TV
+    to TLI in its place went unseen: no test read the column)."""
+    from rdk_theory.acceptance import total_variation
+    from rdk_theory.first_order import FirstOrderCovarianceKernel
+    from rdk_theory.kernels import covariance_softmax_kernel
+    from rdk_theory.proposals import build_proposals
+    from rdk_theory.report import synthetic_report
+    from rdk_theory.synthetic import zipfian_lm
+    from rdk_theory.vocab import VocabMap, keep_most_frequent, pruned_draft_probs
+
+    n, ctx, cal_n = 48, 6, 24
+    (row,) = synthetic_report(n=n, contexts=ctx, calibration=cal_n, keep=[0.5], seed=5,
+                              show_progress=False)["rows"]
+    lm = zipfian_lm(np.random.default_rng(5), n, contexts=2 * ctx, calibration=cal_n)
+    cal = lm.calibration_probs
+    vm = VocabMap.from_kept_ids(keep_most_frequent(cal.mean(axis=0), 24), n)
+    tli = build_proposals(pruned_draft_probs(lm.draft_probs, vm), vm, check=False)["tli"][ctx:]
+    exact = covariance_softmax_kernel(cal, row["tau"]).transport(tli)
+    approx = FirstOrderCovarianceKernel(cal, row["tau"]).transport(tli)
+    want = np.mean(total_variation(exact, approx, check=False))
+    assert_close(row["tv_exact_first_order"], want)
+    assert abs(want - np.mean(total_variation(exact, tli, check=False))) > 1e-6
+
+
+def test_synthetic_report_keeps_the_first_tau_among_equal_scores(monkeypatch):
+    """Equal tuning acceptances (here every tau's kernel is the identity) keep the first
+    multiplier's tau, as the study's pick_tau does (with ``>=`` the last tied tau won)."""
+    import rdk_theory.report as report
+    from rdk_theory import IdentityKernel
+    from rdk_theory.case import default_tau
+    from rdk_theory.synthetic import zipfian_lm
+
+    monkeypatch.setattr(report, "covariance_softmax_kernel", lambda cal, t: IdentityKernel())
+    (row,) = report.synthetic_report(n=48, contexts=4, calibration=16, keep=[0.5], seed=5,
+                                     show_progress=False)["rows"]
+    cal = zipfian_lm(np.random.default_rng(5), 48, contexts=8, calibration=16).calibration_probs
+    assert row["tau"] == default_tau(cal) * report.TAU_MULTIPLIERS[0]
+
+
+def test_report_refuses_a_vocab_whose_two_dense_kernels_exceed_the_limit():
+    """The synthetic report holds two N x N float64 matrices at once, so --vocab is refused
+    once 2 * 8 N^2 bytes exceed DENSE_KERNEL_MAX_BYTES (4 GiB: N = 16384 is the largest);
+    a bound on one matrix let N up to 23170 through, to run out of memory later."""
+    import argparse
+
+    from rdk_theory.report import _synthetic_vocab
+    from rdk_theory.validation import InputError
+
+    ok = argparse.Namespace(vocab=16384, quick=False)
+    assert _synthetic_vocab(ok) == 16384
+    with pytest.raises(InputError, match=r"--vocab 16385 is too large for the exact dense "
+                                         r"covariance kernel \(two N x N float64 matrices "
+                                         r"must fit in 4 GiB\)"):
+        _synthetic_vocab(argparse.Namespace(vocab=16385, quick=False))
+    assert _synthetic_vocab(argparse.Namespace(vocab=20000, quick=True)) == 1024
+
+
+def test_a_target_with_more_contexts_than_the_drafter_is_a_mismatch(tmp_path, capsys):
+    """More target rows than draft rows is the same context-count error as fewer (only a
+    drafter with the extra rows was tried)."""
+    _write_case(tmp_path / "case.npz",
+                target_probs=np.random.default_rng(1).dirichlet(np.ones(12), size=4))
+    code, out, err = _run(capsys, "acceptance", str(tmp_path / "case.npz"))
+    assert (code, out, err) == (2, "", "error: context-count mismatch: target_probs has 4 "
+                                       "rows, draft_probs has 3\n")
+
+
+def test_sample_rdk_exact_with_the_covariance_kernel_reads_tau(tmp_path, capsys):
+    """``sample --sampler rdk_exact --kernel covariance`` builds the covariance kernel at
+    --tau: no 'ignored' warning for it (one was printed while tau was in use)."""
+    _write_case(tmp_path / "case.npz")
+    base = ("sample", str(tmp_path / "case.npz"), "--sampler", "rdk_exact", "--kernel",
+            "covariance", "--context", "0", "--n", "10", "--seed", "0", "--json")
+    code, out, err = _run(capsys, *base, "--tau", "0.5")
+    assert code == 0 and err == "", err
+    from rdk_theory.case import kernel_options_used
+
+    assert kernel_options_used("covariance", need_exact=True, need_first_order=False) == {
+        "--kernel": True, "--tau": True, "--lam": False}
+
+
+def test_marginal_is_identity_is_false_without_calibration_rows(tmp_path):
+    """Without calibration rows there is no marginal kernel to be the identity: False, as
+    documented (True would claim --lam has no effect on a case that cannot build it)."""
+    from rdk_theory.case import case_from_arrays, marginal_is_identity
+
+    arrays = _write_case(tmp_path / "case.npz", calibration_probs=None)
+    assert "calibration_probs" not in arrays
+    assert marginal_is_identity(case_from_arrays(**arrays)) is False
+
+
+def test_sample_json_is_the_samplers_draws_from_the_seed_given(tmp_path, capsys):
+    """``sample --seed s --json`` is sample_counts of the context's p and proposal with
+    default_rng(s) itself, so a run can be reproduced from its seed (another stream, e.g.
+    seed + 1, went unseen: the tests checked the counts' law, not the draws)."""
+    from rdk_theory.case import load_case
+    from rdk_theory.proposals import build_proposals
+    from rdk_theory.sampling import sample_counts
+
+    _write_case(tmp_path / "case.npz")
+    code, out, err = _run(capsys, "sample", str(tmp_path / "case.npz"), "--sampler", "tli",
+                          "--context", "1", "--n", "200", "--seed", "7", "--json")
+    assert code == 0, err
+    case = load_case(str(tmp_path / "case.npz"))
+    r = build_proposals(case.draft_probs[1:2], case.vocab_map, check=False)["tli"][0]
+    counts, accepted = sample_counts(case.target_probs[1], r, 200, np.random.default_rng(7))
+    assert json.loads(out) == {"counts": [int(c) for c in counts], "accepted": accepted,
+                               "n": 200}

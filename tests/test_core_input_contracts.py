@@ -673,3 +673,13 @@ def test_sample_counts_names_its_own_chunk_when_a_chunk_is_too_large():
         rt.sample_counts(p, p, 2**41, rng, chunk=2**41)
     assert "use sample_counts" not in str(info.value)
     assert rt.sample_counts(p, p, 10, rng, chunk=2**41)[0].sum() == 10
+
+
+@pytest.mark.parametrize("fn", [sl.slem_acceptance, sl.slrs_acceptance])
+def test_string_level_acceptance_refuses_a_psi_narrower_than_the_target(fn):
+    """psi of one entry against a target law of two tokens is refused, not broadcast over the
+    tokens (sum_t p(t) psi would read psi(t) = 1 for every t: alpha 1). Only a psi wider
+    than the target was tried."""
+    with pytest.raises(rt.InputError, match=r"target_probs and psi must cover the same target "
+                                            r"tokens \(last axis\), got shapes \(2,\) and \(1,\)"):
+        fn([0.5, 0.5], [1.0])

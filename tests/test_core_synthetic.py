@@ -257,3 +257,24 @@ def test_zipfian_drafter_noise_is_drawn_afresh_for_every_context():
     assert abs(np.corrcoef(z[0], z[1])[0, 1]) < 0.5
     assert abs(z.std() / 0.7 - 1) < 0.2
     assert np.ptp(z, axis=0).max() > 0.1
+
+
+def test_a_row_summing_between_tiny_and_n_tiny_is_redrawn():
+    """The redraw threshold is n * tiny (the row's largest draw may then be subnormal), not
+    tiny: at seed 3 row 9 of four gamma(1e-3) draws sums to 2.3 tiny, and is redrawn like the
+    rows below tiny (the earlier seed had no row between the two thresholds)."""
+    from rdk_theory._backend import softmax
+
+    a, n, size, tiny = 1e-3, 4, 50, np.finfo(np.float64).tiny
+    rng = np.random.default_rng(3)
+    g = rng.gamma(a, size=(size, n))
+    s = g.sum(-1)
+    assert tiny <= s[9] < n * tiny
+    under = s < n * tiny
+    want = g / np.where(under, 1.0, s)[:, None]
+    m = int(under.sum())
+    log_g1, log_u = np.log(rng.gamma(a + 1, size=(m, n))), np.log(rng.random((m, n)))
+    want[under] = softmax(log_g1 + (log_u - log_u.max(-1, keepdims=True)) / a)
+    got = synthetic.dirichlet(np.random.default_rng(3), n, a, size=size)
+    assert_close(got, want, rtol=0)
+    assert not np.array_equal(got[9], g[9] / s[9])

@@ -414,3 +414,34 @@ def test_the_byte_level_table_is_gpt2s():
     assert BYTE_DECODER["\u0100"] == 0 and BYTE_DECODER["\u0121"] == 127
     vm = rt.VocabMap.from_token_strings(["Ġthe", "ÃŃ", "a"], ["▁the", "í", "a"])
     assert vm.draft_to_target.tolist() == [0, 1, 2]
+
+
+def test_sentencepiece_byte_tokens_above_0x7f_stand_for_their_own_byte():
+    """'<0xC3>' is the byte 0xC3 (not 0xC3 mod 128 = 'C'): a byte-level drafter's 'Ã' (byte
+    0xC3) reaches it, and 'C' reaches the text token 'C' (only bytes below 0x80 were tried)."""
+    from rdk_theory.tokens import token_bytes
+
+    assert token_bytes("<0xC3>", "sentencepiece") == b"\xc3"
+    assert token_bytes("<0xff>", "sentencepiece") == b"\xff"
+    sp = ["<0xC3>", "C", "\u2581the"]
+    vm = rt.VocabMap.from_token_strings(["\u00c3", "C", "\u0120the"], sp)
+    assert vm.draft_to_target.tolist() == [0, 1, 2]
+
+
+def test_byte_level_token_with_a_char_outside_the_byte_alphabet_is_read_as_text():
+    """A byte-level token holding a character that is not one of the 256 byte characters
+    ('Ġ日', an added token) is its UTF-8 text, not a KeyError from the byte decoder (only
+    tokens made entirely of byte characters were tried)."""
+    from rdk_theory.tokens import token_bytes
+
+    assert token_bytes("\u0120\u65e5", "byte_level") == "\u0120\u65e5".encode("utf-8")
+    assert token_bytes("\u0120a", "byte_level") == b" a"
+
+
+@pytest.mark.parametrize("dtype", [np.uint8, np.uint32, np.uint64])
+def test_keep_most_frequent_ranks_unsigned_counts_by_count(dtype):
+    """Unsigned integer counts rank as counts: negating them wraps around (-0 = 0 is the
+    smallest key, -5 the largest), which kept the zero-count ids first."""
+    counts = np.array([0, 5, 3, 0, 5], dtype=dtype)
+    assert rt.keep_most_frequent(counts, 2).tolist() == [1, 4]
+    assert rt.keep_most_frequent(counts, 3).tolist() == [1, 2, 4]

@@ -795,3 +795,106 @@ def test_pruned_vocab_map_keeps_the_lower_id_among_equal_counts():
     arrays) while choosing other ids at 200."""
     counts = pruning.token_counts([5, 5, 7, 7, 9], 200)
     assert pruning.pruned_vocab_map(counts, 6).intersection.tolist() == [0, 1, 2, 5, 7, 9]
+
+
+def test_study_rows_are_the_predicted_means_when_steps_are_also_measured():
+    """With n_steps > 0 a row's sampler value is still the predicted mean alpha(p, r), the
+    one the same study gives with n_steps = 0 (the checks' measured mean in its place went
+    unseen: every test that reads the row values ran with n_steps = 0)."""
+    rng, case = _study_case(c=8)
+    out = study.acceptance_study(**case, kept_sizes=(10,), n_steps=20, rng=rng)
+    _, case0 = _study_case(c=8)
+    out0 = study.acceptance_study(**case0, kept_sizes=(10,), n_steps=0,
+                                  rng=np.random.default_rng(0))
+    (row,), (row0,) = out["rows"], out0["rows"]
+    for s in samplers.SAMPLERS:
+        assert row[s] == row0[s] == row["checks"][s]["predicted_mean"], s
+    assert any(row[s] != row["checks"][s]["measured_mean"] for s in samplers.SAMPLERS)
+
+
+def test_kept_sizes_refuse_a_zero_fraction():
+    """A fraction of 0 is outside (0, 1]: an InputError, not a kept size of max(1, 0) = 1
+    (only negative and > 1 fractions were tried)."""
+    from rdk_theory.validation import InputError
+
+    with pytest.raises(InputError, match=r"keep fractions must be in \(0, 1\], got 0.0"):
+        pruning.kept_sizes_from_fractions([0.5, 0.0], 10)
+    assert pruning.kept_sizes_from_fractions([1.0], 10) == [10]
+
+
+def test_topk_compress_refuses_k_above_the_laws_width():
+    """k = N + 1 is an InputError naming the range (numpy's argpartition ValueError came
+    through otherwise; save() caps k itself, so only compress() sees it)."""
+    from rdk_theory.validation import InputError
+
+    p = _laws(np.random.default_rng(2), 3, 16)
+    with pytest.raises(InputError, match=r"k must be in \[1, 16\], got 17"):
+        topk.compress(p, 17)
+    with pytest.raises(InputError, match=r"k must be in \[1, 16\], got 0"):
+        topk.compress(p, 0)
+
+
+def test_study_names_no_exact_kernel_for_a_kept_size_above_exact_max_kept():
+    """A kept size that gets no sparse exact kernel (K > exact_max_kept) records
+    rdk_exact_kernel None, not the name of a kernel that was never built."""
+    rng, case = _study_case(n=40, c=8, s=8, rank=3)
+    out = study.acceptance_study(**case, kept_sizes=(10, 11), n_steps=0, rng=rng, sparse_k=5,
+                                 exact_max_kept=10)
+    assert [row["rdk_exact_kernel"] for row in out["rows"]] == ["sparse covariance top-5", None]
+
+
+def test_study_picks_tau_on_128_evenly_spaced_calibration_rows():
+    """Above 128 calibration rows tau is picked on 128 evenly spaced ones (rows
+    round(linspace(0, S - 1, 128))), so the last rows count: the first 128 rows went unseen
+    (every earlier case had at most 128). TLI's calibration acceptance is recomputed on them."""
+    rng, case = _study_case(n=40, c=8, s=8, rank=3)
+    s = 140
+    cal_rng = np.random.default_rng(21)
+    case["p_cal"] = cal_rng.dirichlet(np.full(40, 0.3), size=s)
+    case["q_cal"] = cal_rng.dirichlet(np.full(40, 0.3), size=s)
+    case["q_cal"][128:] = case["p_cal"][128:]  # the rows past 128 are accepted far more often
+    out = study.acceptance_study(**case, kept_sizes=(40,), n_steps=0, rng=rng)
+    sel = np.linspace(0, s - 1, 128).round().astype(int)
+    vm = pruning.pruned_vocab_map(case["counts"], 40)
+    tli = rt_tli(pruned_draft_probs(case["q_cal"][sel], vm), vm)
+    want = acceptance_rate(case["p_cal"][sel], tli).mean()
+    assert_close(out["taus"][40]["tli_calibration_alpha"], want)
+    first = acceptance_rate(case["p_cal"][:128], rt_tli(
+        pruned_draft_probs(case["q_cal"][:128], vm), vm)).mean()
+    assert abs(want - first) > 1e-3
+
+
+def test_dispersion_counts_a_position_of_expected_variance_exactly_the_minimum():
+    """A position with n a (1 - a) = MIN_EXPECTED_VARIANCE exactly (n = 20, a = 0.5: 5.0) is
+    in the dispersion test (the bound is inclusive); a = 0.25 (3.75) is not."""
+    assert agreement.MIN_EXPECTED_VARIANCE == 5.0
+    r = agreement.binomial_agreement([0.5, 0.25], [10, 5], 20)
+    assert r["dof"] == 1 and r["chi2"] == 0.0
+
+
+def test_martingale_ci_half_width_is_that_of_the_mean_rate():
+    """The end-to-end check's ci_half_width is z_c sqrt(sum a (1 - a)) / n, the half-width of
+    the mean acceptance rate over n positions (not divided by sqrt(n))."""
+    r = agreement.martingale_agreement([0.5] * 4, [1, 0, 1, 0])
+    assert_close(r["ci_half_width"], agreement.critical_z(1) * 1.0 / 4)
+
+
+def test_calibration_factor_is_the_centred_rows_when_rank_reaches_the_row_count():
+    """A rank of S or more keeps every direction: the factor is the centred rows over sqrt(S)
+    themselves, as with no rank (through the Gram matrix it came out rotated, with S rows
+    whatever the rank, at O(S^2 N))."""
+    cal = _laws(np.random.default_rng(4), 6, 30).astype(np.float64)
+    mu, full = collect.calibration_stats(cal)
+    for rank in (6, 9):
+        mu_r, c_r = collect.calibration_stats(cal, rank=rank)
+        assert np.array_equal(mu_r, mu) and np.array_equal(c_r, full)
+    assert collect.calibration_stats(cal, rank=5)[1].shape == (5, 30)
+
+
+def test_two_sided_p_value_counts_outcomes_at_the_slack_edge_as_ties():
+    """An outcome exactly pmf[index] (1 + 1e-9) likely is within the round-off slack, so it is
+    as likely as the observed one and counts toward the p-value (the edge read strictly left
+    it out)."""
+    x = 0.3
+    pmf = np.array([x, x * (1 + 1e-9), 0.4 - x * 1e-9])
+    assert agreement._two_sided(pmf, 0) == float(pmf[0] + pmf[1])

@@ -474,3 +474,28 @@ def test_kseq_best_rho_screens_only_what_floats_can_decide_and_strict_takes_no_s
     half = np.array([0.5, 0.5])
     assert kseq_is_valid(half, half, 1.0, 2) and not kseq_is_valid(half, half, 1.0, 2, strict=True)
     assert kseq_best_rho([0.5, 0.5, 0, 0], [0, 0, 0.5, 0.5], 3) == 1.0
+
+
+def test_kseq_best_rho_reads_a_float_law_off_by_round_off_as_the_law_it_rounds():
+    """[0.1, 0.2, 0.7] sums to 1 - 2^-55 exactly: it is read as that law divided by its exact
+    sum (LAW_SUM_ROUNDOFF), whose rho* at k = 16 is max p / q = 0.7 / 0.65 = 14 / 13 to
+    (1 - beta)^16. Read as the sub-stochastic law it holds, rho* was 1.10 (the accepted mass
+    may not exceed p's, which needs (1 - beta)^16 >= 2^-55)."""
+    p, q = np.array([0.1, 0.2, 0.7]), np.array([0.1, 0.25, 0.65])
+    assert sum(Fraction(x) for x in p) == 1 - Fraction(1, 2**55)
+    rho = kseq_best_rho(p, q, 16)
+    assert 14 / 13 - BISECTION_ATOL <= rho <= 14 / 13 + BISECTION_ATOL
+
+
+def test_power_at_least_decides_an_exact_tie_of_an_odd_negative_power_by_its_bounds():
+    """(-1/2)^k >= -2^-k holds with equality: for odd k the bounds of |x|^k = 2^-k are exact
+    and meet the target, which decides it (hi <= target). Read strictly, the tie went on to
+    the exact power, unaffordable at k = 2^21 + 1 (2k bits > MAX_EXACT_POWER_BITS): None,
+    'undecidable', for a tie the bounds had settled."""
+    from rdk_theory.multidraft import MAX_EXACT_POWER_BITS, _power_at_least
+
+    k = (1 << 21) + 1
+    assert 2 * k > MAX_EXACT_POWER_BITS
+    assert _power_at_least(Fraction(-1, 2), k, Fraction(-1, 1 << k)) is True
+    assert _power_at_least(Fraction(-1, 2), k, Fraction(-1, 1 << (k - 1))) is True
+    assert _power_at_least(Fraction(-1, 2), k, Fraction(-1, 1 << (k + 1))) is False
