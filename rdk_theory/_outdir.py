@@ -65,6 +65,20 @@ def check_targets(out: str, names) -> None:
             raise InputError(f"--out {out}: {name} is a folder; the run writes a file there")
 
 
+def check_writable(path: str, given: str) -> None:
+    """argparse.ArgumentTypeError unless ``path`` can be written: its folder exists, and the
+    file (when it exists) or else its folder is writable. ``given`` is the text the user
+    typed, named when the folder is missing."""
+    import argparse
+
+    folder = os.path.dirname(path) or "."
+    if not os.path.isdir(folder):
+        raise argparse.ArgumentTypeError(f"{given!r}: the folder {folder!r} does not exist "
+                                         "or is not a folder")
+    if not os.access(path if os.path.exists(path) else folder, os.W_OK):
+        raise argparse.ArgumentTypeError(f"{path!r} cannot be written (no write permission)")
+
+
 def writable_file(text: str) -> str:
     """An argparse type for a file written at the end of a long run (a benchmark's ``--json``):
     a path that names a folder, lies in a folder that does not exist, or cannot be written
@@ -73,12 +87,7 @@ def writable_file(text: str) -> str:
 
     if not os.path.basename(text) or os.path.isdir(text):
         raise argparse.ArgumentTypeError(f"{text!r} names no file (e.g. results.json)")
-    folder = os.path.dirname(text) or "."
-    if not os.path.isdir(folder):
-        raise argparse.ArgumentTypeError(f"{text!r}: the folder {folder!r} does not exist "
-                                         "or is not a folder")
-    if not os.access(folder, os.W_OK) or (os.path.exists(text) and not os.access(text, os.W_OK)):
-        raise argparse.ArgumentTypeError(f"{text!r} cannot be written (no write permission)")
+    check_writable(text, text)
     return text
 
 

@@ -14,6 +14,7 @@ import time
 import numpy as np
 
 from rdk_theory._optional import import_failure
+from rdk_theory._outdir import check_writable
 from rdk_theory._progress import progress
 from rdk_theory.proposals import SAMPLERS
 from rdk_theory.validation import InputError, int_at_least
@@ -462,14 +463,9 @@ def _figure_path(text):
     if fmt not in formats:
         raise argparse.ArgumentTypeError(f"{text!r}: this cannot write .{fmt} figures; "
                                          f"use one of .{', .'.join(sorted(formats))}")
-    folder = os.path.dirname(path) or "."
-    if not os.path.isdir(folder):
-        raise argparse.ArgumentTypeError(f"{text!r}: the folder {folder!r} does not exist "
-                                         "or is not a folder")
     if os.path.isdir(path):  # 'figdir' names the folder 'figdir.png'
         raise argparse.ArgumentTypeError(f"{path!r} is a folder, not a file")
-    if not os.access(path if os.path.exists(path) else folder, os.W_OK):
-        raise argparse.ArgumentTypeError(f"{path!r} cannot be written (no write permission)")
+    check_writable(path, text)
     return path
 
 
