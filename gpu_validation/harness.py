@@ -18,6 +18,7 @@ import os
 import platform
 import sys
 import time
+from contextlib import contextmanager
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
@@ -97,26 +98,30 @@ def environment() -> dict:
     return env
 
 
+@contextmanager
 def _bar(total, desc, enabled):
-    """A tqdm bar on stderr, or None: ``enabled`` None draws it when stderr is a terminal (or
-    RDK_THEORY_PROGRESS=1), as every bar of rdk-theory; a pipe or a log file gets none."""
-    if not wanted(enabled):
-        return None
+    """``with _bar(...) as bar``: a tqdm bar on stderr, closed on leaving, or None. ``enabled``
+    None draws it when stderr is a terminal (or RDK_THEORY_PROGRESS=1), as every bar of
+    rdk-theory; a pipe or a log file gets none."""
+    bar = None
+    if wanted(enabled):
+        try:
+            from tqdm import tqdm
+        except ImportError:
+            pass
+        else:
+            bar = tqdm(total=total, desc=desc, file=sys.stderr, leave=False)
     try:
-        from tqdm import tqdm
-    except ImportError:
-        return None
-    return tqdm(total=total, desc=desc, file=sys.stderr, leave=False)
+        yield bar
+    finally:
+        if bar is not None:
+            bar.close()
 
 
 def _collect_with_bar(tgt, drf, texts, desc, cfg):
     """:func:`.collect.collect` on ``texts`` with a bar of one step per text (minutes on CPU)."""
-    bar = _bar(len(texts), desc, cfg.progress)
-    try:
+    with _bar(len(texts), desc, cfg.progress) as bar:
         return collect.collect(tgt, drf, texts, device=cfg.device, progress=bar)
-    finally:
-        if bar is not None:
-            bar.close()
 
 
 def collect_pair(cfg: RunConfig, log=print):
@@ -186,13 +191,12 @@ def _run_stages(cfg: RunConfig, out: Path, log) -> dict:
         sel = np.linspace(0, sel.size - 1, cfg.max_positions).round().astype(int)
     mu, factor = collect.calibration_stats(ca.p, rank=cfg.calib_rank)
     t1 = time.perf_counter()
-    bar = _bar(sel.size * len(cfg.kept), "acceptance study", cfg.progress)
-    st = study.acceptance_study(ev.p[sel], ev.q[sel], counts, cfg.kept, mu=mu, factor=factor,
-                                p_cal=ca.p, q_cal=ca.q, n_steps=cfg.n_steps, rng=rng,
-                                sparse_k=cfg.sparse_k, exact_max_kept=cfg.exact_max_kept,
-                                progress=bar, other_tests=_e2e_tests(cfg))
-    if bar is not None:
-        bar.close()
+    with _bar(sel.size * len(cfg.kept), "acceptance study", cfg.progress) as bar:
+        st = study.acceptance_study(ev.p[sel], ev.q[sel], counts, cfg.kept, mu=mu,
+                                    factor=factor, p_cal=ca.p, q_cal=ca.q, n_steps=cfg.n_steps,
+                                    rng=rng, sparse_k=cfg.sparse_k,
+                                    exact_max_kept=cfg.exact_max_kept, progress=bar,
+                                    other_tests=_e2e_tests(cfg))
     dur["study_s"] = time.perf_counter() - t1
     t2 = time.perf_counter()
     e2e = end_to_end(cfg, tgt, drf, counts, mu, factor, st["taus"], rng, log, st["n_tests"])

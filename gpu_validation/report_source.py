@@ -49,15 +49,11 @@ def real_pair_report(args) -> dict | None:
     sel = np.linspace(0, n - 1, positions).round().astype(int)
     kept = kept_sizes_from_fractions(fractions, ev.p.shape[1])
     mu, factor = collect.calibration_stats(ca.p, rank=cfg.calib_rank)
-    bar = _bar(positions * len(kept), "acceptance study", show)
-    try:
+    with _bar(positions * len(kept), "acceptance study", show) as bar:
         st = study.acceptance_study(ev.p[sel], ev.q[sel], counts, kept, mu=mu, factor=factor,
                                     p_cal=ca.p, q_cal=ca.q, n_steps=0,
                                     rng=np.random.default_rng(getattr(args, "seed", 0)),
                                     exact_max_kept=16384 if quick else 40000, progress=bar)
-    finally:
-        if bar is not None:
-            bar.close()
     rows = []
     for f, r in zip(fractions, st["rows"]):
         row = {"keep_fraction": float(f), "kept": r["kept"], "oov_cap": capped_mean(r["oov_cap"])}
