@@ -46,7 +46,7 @@ def cmd_prove(args) -> int:
     ok = all(r.ok for r in results)
     if args.json:
         json.dump({"statements": [r.to_dict() for r in results], "ok": ok,
-                   "seconds": round(elapsed, 2)}, sys.stdout)
+                   "seconds": round(elapsed, 2)}, sys.stdout, allow_nan=False)
         sys.stdout.write("\n")
     else:
         print(f"{'id':<4}{'status':<10}{'negative control':<18}{'cases':>7}{'sec':>7}  title")

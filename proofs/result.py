@@ -1,6 +1,7 @@
 """The structured result of one statement check."""
 from __future__ import annotations
 
+import math
 import time
 from dataclasses import asdict, dataclass, field
 from fractions import Fraction
@@ -20,13 +21,14 @@ def show(x) -> Any:
     if isinstance(x, (list, tuple)):
         return [show(v) for v in x]
     if isinstance(x, float):
-        return float(f"{x:.12g}")
+        # strict JSON has no NaN or infinity: name them ("nan", "inf", "-inf") instead
+        return float(f"{x:.12g}") if math.isfinite(x) else str(x)
     if hasattr(x, "is_Number"):  # sympy number
         return str(x)
     if isinstance(x, (int, str, bool)) or x is None:
         return x
     try:
-        return float(x)
+        return show(float(x))
     except (TypeError, ValueError):
         return str(x)
 

@@ -622,3 +622,30 @@ def test_prove_table_names_a_failed_statement_and_its_counterexample(capsys, mon
                         lines[4]), lines[4]
     assert lines[5:] == ["", "A: failed", "  counterexample: {'p': ['1/2', '1/2'], 'k': 3}",
                          "Use --json for methods and counterexamples."]
+
+
+def test_prove_json_is_strict_json_when_a_counterexample_holds_nan_or_infinity(capsys, monkeypatch):
+    """``prove --json`` wrote a bare ``NaN`` (not JSON; strict parsers refuse the whole object)
+    when a counterexample held one. Non-finite values are named as strings, in a list, a dict
+    or a numpy scalar alike, and the output parses with NaN and infinity refused."""
+    import json
+
+    import numpy as np
+
+    import proofs.registry as registry
+    from proofs.result import CheckResult
+
+    results = [CheckResult("A", "breaks", "failed", "m", "pert", "refuted", cases=1,
+                           counterexample={"alpha": float("nan"), "q": [np.inf, 0.5],
+                                           "z": np.float32(-np.inf)},
+                           negative_counterexample=np.array([np.nan, 1.0]))]
+    monkeypatch.setattr(registry, "run_all", lambda ids: results)
+    assert main(["prove", "--json"]) == 1
+
+    def refuse(token):
+        raise AssertionError(f"non-standard JSON constant {token}")
+
+    out = json.loads(capsys.readouterr().out, parse_constant=refuse)
+    (st,) = out["statements"]
+    assert st["counterexample"] == {"alpha": "nan", "q": ["inf", 0.5], "z": "-inf"}
+    assert st["negative_counterexample"] == ["nan", 1.0]
