@@ -490,3 +490,27 @@ def test_disco_runs_the_hetero_pair_whose_drafter_retokenizes(capsys):
     assert rc == 0 and obj["toy_trace"]["pair"] == "hetero"
     assert list(obj["toy_runs"]) == ["static_0", "static_1", "static_2", "oracle"]
     assert obj["toy_runs"]["static_0"]["time_per_token"] == 1.0
+
+
+def test_python_m_simulators_runs_what_rdk_theory_simulate_runs(capsys):
+    """``python -m simulators`` did not exist; it is ``rdk-theory simulate`` with the same
+    output, and the same one-line errors (exit 2) for a missing or unknown simulator."""
+    import subprocess
+    import sys
+
+    from simulators.__main__ import main as module_main
+
+    args = ["speedup", "--alpha", "0.8", "--c", "0.05", "--json"]
+    assert module_main(args) == 0
+    via_module = json.loads(capsys.readouterr().out)
+    assert main(["simulate", *args]) == 0
+    assert via_module == json.loads(capsys.readouterr().out)
+    assert via_module["rows"][0]["best_gamma"] == 8
+    assert module_main([]) == 2
+    assert capsys.readouterr().err.startswith("error: rdk-theory simulate: a SIMULATOR is required")
+    # the module itself, as a user types it: same exit status and the one error line
+    proc = subprocess.run([sys.executable, "-m", "simulators", "bogus"], capture_output=True,
+                          text=True, timeout=120)
+    assert proc.returncode == 2 and proc.stdout == ""
+    assert proc.stderr.startswith("error: rdk-theory simulate: argument SIMULATOR: invalid choice: "
+                                  "'bogus'") and proc.stderr.count("\n") == 1
