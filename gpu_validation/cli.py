@@ -107,6 +107,20 @@ def cmd_models(args) -> int:
     return 0
 
 
+#: The options of the main study, which ``--hetero`` does not read: (option, attribute).
+#: With HETERO_OPTIONS, what ``--hetero`` reads, they are every option of
+#: :func:`add_run_arguments` (a test holds the two lists to the parser).
+STUDY_OPTIONS = (("--quick", "quick"), ("--kept", "kept"), ("--positions", "positions"),
+                 ("--steps", "steps"), ("--topk", "topk"), ("--e2e-kept", "e2e_kept"),
+                 ("--e2e-tokens", "e2e_tokens"), ("--no-timing", "no_timing"),
+                 ("--timing-sizes", "timing_sizes"), ("--seed", "seed"))
+HETERO_OPTIONS = ("--target", "--drafter", "--device", "--dtype", "--fetch", "--out")
+
+
+def _listed(options) -> str:
+    return f"{', '.join(options[:-1])} and {options[-1]}"
+
+
 def add_run_arguments(p) -> None:
     p.add_argument("--device", choices=("cpu", "cuda"), default="cpu", help="default: cpu")
     p.add_argument("--target", default=None,
@@ -120,9 +134,9 @@ def add_run_arguments(p) -> None:
                    help="heterogeneous tokenizers instead: TLI maps between the target's and "
                         "each drafter's token lists (tokenizers only), |I|, matched fractions, "
                         "and the target's OOV cap p(I) on the eval texts; writes hetero.json. "
-                        "The study options (--quick, --kept, --positions, --steps, --topk, "
-                        "--e2e-kept, --e2e-tokens, --no-timing, --timing-sizes, --seed) do not "
-                        "apply to it and are refused")
+                        f"It reads {_listed(HETERO_OPTIONS)}; the study options "
+                        f"({', '.join(o for o, _ in STUDY_OPTIONS)}) do not apply to it and "
+                        "are refused")
     p.add_argument("--quick", action="store_true",
                    help="2 kept sizes, 256 positions, 1000 steps, short generation and timing")
     p.add_argument("--kept", help="comma-separated kept sizes K (default 65536,...,4096)")
@@ -260,13 +274,6 @@ def cmd_validate(args) -> int:
     return 0 if report["all_checks_pass"] else 1
 
 
-#: The options of the main study, which ``--hetero`` does not read: (option, attribute).
-STUDY_OPTIONS = (("--quick", "quick"), ("--kept", "kept"), ("--positions", "positions"),
-                 ("--steps", "steps"), ("--topk", "topk"), ("--e2e-kept", "e2e_kept"),
-                 ("--e2e-tokens", "e2e_tokens"), ("--no-timing", "no_timing"),
-                 ("--timing-sizes", "timing_sizes"), ("--seed", "seed"))
-
-
 def _refuse_study_options(args) -> None:
     """InputError naming the first study option given with ``--hetero`` (they were ignored,
     even invalid ones: '--kept abc' ran, '--topk 5' wrote no laws.npz)."""
@@ -274,8 +281,7 @@ def _refuse_study_options(args) -> None:
         value = getattr(args, attr)
         if value is not None and value is not False:  # not 'not in (None, False)': 0 == False
             raise InputError(f"{opt} does not apply to --hetero (the heterogeneous-tokenizer "
-                             "study reads --target, --drafter, --device, --dtype, --fetch and "
-                             "--out)")
+                             f"study reads {_listed(HETERO_OPTIONS)})")
 
 
 def cmd_hetero(args) -> int:

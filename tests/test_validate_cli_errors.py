@@ -279,3 +279,28 @@ def test_hetero_refuses_the_options_of_the_main_study(tmp_path, capsys, loaded, 
                                    "heterogeneous-tokenizer study reads --target, --drafter, "
                                    "--device, --dtype, --fetch and --out)")
     assert loaded == [] and not out.exists()
+
+
+def test_study_and_hetero_options_are_every_option_of_validate():
+    """--hetero refuses the study's options from a list (STUDY_OPTIONS) and names what it
+    reads (HETERO_OPTIONS): an option added to 'validate' and to neither list would be ignored
+    by --hetero without a word. The two lists split the parser's options exactly, each
+    attribute is the option's own, and the help of --hetero names both lists."""
+    import argparse
+
+    from gpu_validation.cli import HETERO_OPTIONS, STUDY_OPTIONS, add_run_arguments
+
+    p = argparse.ArgumentParser()
+    add_run_arguments(p)
+    dest = {a.option_strings[-1]: a.dest for a in p._actions if a.option_strings
+            and "--help" not in a.option_strings}
+    study = dict(STUDY_OPTIONS)
+    assert not set(study) & set(HETERO_OPTIONS)
+    assert sorted(dest) == sorted([*study, *HETERO_OPTIONS, "--hetero"])
+    assert study == {opt: dest[opt] for opt in study}
+    # refused means given: each study option defaults to None or False
+    assert all(p.get_default(attr) in (None, False) for attr in study.values())
+    help_text = " ".join(p.format_help().split())
+    assert ("It reads --target, --drafter, --device, --dtype, --fetch and --out; the study "
+            "options (--quick, --kept, --positions, --steps, --topk, --e2e-kept, --e2e-tokens, "
+            "--no-timing, --timing-sizes, --seed) do not apply to it and are refused") in help_text
