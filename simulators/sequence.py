@@ -29,7 +29,6 @@ check is meaningful for the rationalised copy; the float64 run of the same enume
 """
 from __future__ import annotations
 
-import numbers
 from dataclasses import dataclass, field
 from fractions import Fraction
 from typing import Callable
@@ -38,7 +37,7 @@ import numpy as np
 
 from rdk_theory import _backend as B
 from rdk_theory.proposals import SAMPLERS, build_proposals
-from rdk_theory.validation import NEG_ATOL, PROB_ATOL, InputError, as_count, is_rational_array
+from rdk_theory.validation import InputError, as_count, as_prob_array
 
 ProposalFn = Callable[[tuple], np.ndarray]
 
@@ -179,37 +178,16 @@ def block_law(target, proposal_fn: ProposalFn, gamma: int, prefix=()) -> BlockLa
 
 
 def _checked_proposal(r, n: int, ctx: tuple) -> np.ndarray:
-    """``r`` when it is a sub-stochastic vector over the target's ``n`` tokens: entries >= 0
-    summing to at most 1, exactly for Fractions (an object array of them) and, for floats
-    (finite), within the toolkit's tolerances for a law (``NEG_ATOL`` below 0, ``PROB_ATOL``
-    above 1: a float32 softmax row misses 1 by ~1e-9). Anything else is an InputError: the
-    identity ``min(r, p) + (p - r)^+ = p`` holds for every real vector, so a law built from an
-    invalid ``r`` (negative entries, mass above 1) still completes to ``p`` and would be
-    certified lossless."""
-    r = np.asarray(r)
+    """``r`` when it is a sub-stochastic vector over the target's ``n`` tokens, by the rules of
+    :func:`rdk_theory.validation.as_prob_array` (exact for Fractions; for floats, finite and
+    within the toolkit's tolerances for a law, entries below 0 by round-off clipped to 0).
+    Anything else is an InputError: the identity ``min(r, p) + (p - r)^+ = p`` holds for every
+    real vector, so a law built from an invalid ``r`` (negative entries, mass above 1) still
+    completes to ``p`` and would be certified lossless."""
+    r = np.asarray(r)  # a list of Fractions stays exact (as_prob_array reads a list as floats)
     if r.shape != (n,):
         raise InputError(f"the proposal at context {ctx} has shape {r.shape}, not ({n},)")
-    exact = is_rational_array(r)
-    if not exact:
-        # real numbers only: astype(float64) would drop a complex part and parse strings
-        real = (all(isinstance(v, numbers.Real) for v in r.flat) if r.dtype == object
-                else r.dtype.kind in "biuf")
-        if not real:
-            raise InputError(f"the proposal at context {ctx} does not hold real numbers")
-        values = r.astype(np.float64)
-        if not np.all(np.isfinite(values)):
-            raise InputError(f"the proposal at context {ctx} holds a non-finite value")
-    low, total = (min(r), sum(r)) if exact else (float(values.min()), float(values.sum()))
-    if low < (0 if exact else -NEG_ATOL):
-        raise InputError(f"the proposal at context {ctx} has a negative entry {_number(low)}")
-    if total > (1 if exact else 1 + PROB_ATOL):
-        raise InputError(f"the proposal at context {ctx} sums to {_number(total)}, more than 1")
-    return r
-
-
-def _number(x) -> str:
-    """A Fraction as ``a/b``, a float to 10 significant digits (not numpy's repr)."""
-    return str(x) if isinstance(x, Fraction) else f"{float(x):.10g}"
+    return as_prob_array(r, f"the proposal at context {ctx}", allow_sub_stochastic=True)
 
 
 def _block_paths(target, proposal_fn: ProposalFn, gamma: int, prefix: tuple,
