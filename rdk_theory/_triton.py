@@ -121,7 +121,8 @@ def arrays(kernel, like):
         return np.vstack([kernel._float64_products()[1][:s], np.zeros((pad, n))])  # [C/tau ; 0]
 
     get = kernel._torch.get
-    return get("triton_left", left, like), get("triton_right", right, like), \
+    return get("triton_left", left, like), get("triton_right", right, like,
+                                                                 *kernel._right_names()), \
         get("k", kernel._coef, like)
 
 

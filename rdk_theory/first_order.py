@@ -216,7 +216,8 @@ class FirstOrderCovarianceKernel:
         left = left[:-1]  # without the blas engine's ones row (a view)
         if B.is_torch(like):
             g = self._torch.get
-            return g("l", left, like), g("r", right, like), g("k", self._coef, like)
+            return (g("l", left, like), g("r", right, like, *self._right_names()),
+                    g("k", self._coef, like))
         return left, right, self._coef
 
     def transport_unclipped(self, q_prime):
@@ -400,6 +401,11 @@ class FirstOrderCovarianceKernel:
         ones = np.ones((1, self.n))
         return (np.vstack([c * self.inv_z, self.inv_z[None, :], ones]),
                 np.vstack([c / self.tau, ones]))
+
+    def _right_names(self) -> tuple:
+        """``(what, remedy)`` of ``[C / tau ; 1]`` for the refusal of a torch dtype whose range
+        it exceeds (:class:`rdk_theory.kernels._DeviceCache`)."""
+        return f"C / tau at tau = {self.tau:g}", ", or choose a larger tau"
 
     def max_offdiag_affinity(self) -> float:
         """``max_{i != j} |B_ij|`` (forms Omega: small N only, for error checks)."""

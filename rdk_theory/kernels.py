@@ -46,9 +46,13 @@ class _DeviceCache:
     def __init__(self):
         self._cache = {}
 
-    def get(self, key, array, like):
+    def get(self, key, array, like, what: str = "an array of the kernel", remedy: str = ""):
         """The copy of ``array`` on ``like``'s device and dtype; ``array`` may be a function
-        that builds it, called only when no copy is kept yet."""
+        that builds it, called only when no copy is kept yet.
+
+        InputError if a finite entry rounds to infinity in that dtype (a first-order kernel's
+        ``C / tau`` in float16, where the products then made NaN of every entry it reached):
+        ``what`` names the array and ``remedy`` ends the message (", or ...")."""
         import torch
 
         k = (key, str(like.device), like.dtype)
@@ -56,7 +60,15 @@ class _DeviceCache:
             array = np.asarray(array() if callable(array) else array)
             if array.dtype == object:  # Fractions (an exact kernel) meet a float tensor
                 array = array.astype(np.float64)
-            self._cache[k] = torch.as_tensor(array, dtype=like.dtype, device=like.device)
+            copy = torch.as_tensor(array, dtype=like.dtype)  # on the host: the check syncs nothing
+            if (copy.is_floating_point() and bool(torch.isinf(copy).any())
+                    and np.all(np.isfinite(array))):
+                top = torch.finfo(like.dtype).max
+                wider = "float64" if top >= np.finfo(np.float32).max else "float32 or float64"
+                raise InputError(f"{what} holds {float(np.abs(array).max()):.4g}, beyond the "
+                                 f"range of {like.dtype} (largest {top:.4g}), the input's dtype "
+                                 f"in which the torch path computes: pass {wider} tensors{remedy}")
+            self._cache[k] = copy.to(like.device)
         return self._cache[k]
 
 

@@ -294,3 +294,30 @@ def test_every_kernel_transports_an_integer_tensor_as_numpy_does(device):
     fo = kernels[3]
     assert_close(fo.transport_unclipped(torch.tensor(q)).numpy(), fo.transport_unclipped(q),
                  atol=TORCH_FLOAT64_ATOL)
+
+
+@pytest.mark.parametrize("dtype, tau, wider", [
+    ("float16", 1e-6, "float32 or float64"), ("bfloat16", 1e-40, "float32 or float64"),
+    ("float32", 1e-40, "float64")])
+def test_first_order_refuses_a_tau_whose_c_over_tau_the_tensors_dtype_cannot_hold(dtype, tau, wider):
+    """The torch path computes in the input's dtype with C / tau rounded to it: past the
+    dtype's largest value that was inf, and inf * 0 a NaN proposal and acceptance with no
+    word (float16 from tau ~ max|C| / 65504: the README example's LM gave NaN in every row at
+    tau = 1e-7). Now an InputError naming the dtype, while float64 tensors at the same tau
+    give the numpy numbers."""
+    cal = np.array([[0.7, 0.1, 0.1, 0.1], [0.1, 0.7, 0.1, 0.1]])
+    q, p = np.array([0.4, 0.3, 0.2, 0.1]), np.full(4, 0.25)
+    fo = rt.FirstOrderCovarianceKernel(cal, tau=tau)
+    want, want_alpha = fo.transport_with_acceptance(q, p)
+    assert_close(want, [0.475, 0.375, 0.075, 0.075])
+    assert_close(want_alpha, 0.65)
+    dt = getattr(torch, dtype)
+    for call in (lambda: fo.transport_with_acceptance(torch.tensor(q, dtype=dt), torch.tensor(p, dtype=dt)),
+                 lambda: fo.transport(torch.tensor(q, dtype=dt)),
+                 lambda: rt.rdk_proposal(torch.tensor(q, dtype=dt), rt.VocabMap(4, np.arange(4)), fo)):
+        with pytest.raises(rt.InputError, match=rf"C / tau at tau = {tau:g} holds 2\.121e\+\d\d, "
+                           rf"beyond the range of torch\.{dtype} .* pass {wider} tensors, or "
+                           "choose a larger tau"):
+            call()
+    got, alpha = fo.transport_with_acceptance(torch.tensor(q), torch.tensor(p))
+    assert_close(got.numpy(), want) and assert_close(float(alpha), want_alpha)
