@@ -444,9 +444,12 @@ class CovarianceSoftmaxKernel:
         self.tau = float(tau)
         self.n = int(cal.shape[1])
         # |Omega_ij| <= max_i Omega_ii (Cauchy-Schwarz): finite diagonal / tau, finite kernel.
+        # With a factor 2 of margin: rows() forms Omega by a BLAS product, whose rounding may
+        # land an ulp above this sum's (tau = 3.55e-310 made a finite top here, an inf row
+        # there, and inf - inf a NaN row of M).
         with np.errstate(over="ignore"):
             top = float((self.factor * self.factor).sum(axis=0).max()) / self.tau
-        if not np.isfinite(top):
+        if not np.isfinite(2 * top):
             raise InputError(f"Omega / tau overflows at tau = {tau:g}: choose a larger tau")
         self.block_rows = max(1, int(block_bytes) // (8 * self.n))
         self.show_progress = show_progress

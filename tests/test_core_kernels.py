@@ -308,6 +308,25 @@ def test_covariance_softmax_kernel_where_omega_over_tau_overflows_exp():
     assert np.array_equal(got, [0.3, 0.7])
 
 
+def test_covariance_softmax_kernel_refuses_a_tau_its_product_form_overflows():
+    """The overflow check summed the factor's squares (1.7977e308 at this tau, finite) where
+    rows() forms Omega by a BLAS product, an ulp above it, to inf; inf - inf then made a NaN
+    row of M (and a NaN proposal from 'sample', which blamed the proposal). Subnormal tau from
+    a random search (1 case in 2,000). The check keeps a factor 2 of margin: twice the tau is
+    taken, with finite rows that sum to 1."""
+    cal = np.array([[0.47585204021660327, 0.47585204021660327, 0.006413774619039565, 0.04188214494775399],
+                    [0.1627473942045585, 0.1627473942045585, 0.6042559531730974, 0.0702492584177856],
+                    [0.3913933150705872, 0.3913933150705872, 0.16695374894699386, 0.05025962091183161]])
+    tau = 3.55036228558605e-310
+    with pytest.raises(rt.InputError, match="Omega / tau overflows at tau = 3.55036e-310"):
+        rt.CovarianceSoftmaxKernel(cal, tau)
+    with pytest.raises(rt.InputError, match="Omega / tau overflows"):
+        rt.covariance_softmax_kernel(cal, tau)
+    m = rt.covariance_softmax_kernel(cal, 2 * tau).matrix
+    assert np.all(np.isfinite(m)) and np.all(m >= 0)
+    assert_close(m.sum(axis=1), 1.0)
+
+
 @pytest.mark.parametrize("block", [-1, 0, 2.5, "8", None])
 def test_sparse_topk_refuses_a_block_that_is_not_a_positive_integer(block):
     """block=-1 made range(0, n, block) empty: the column ids, from np.empty, were never
