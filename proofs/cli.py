@@ -157,9 +157,10 @@ def compute_bounds(case, *, kernel_name: str = "identity", tau=None, lam=None,
             src = "calibration mean restricted to OOV"
         else:
             w[oov] = 1.0 / oov.size
-            src = "uniform on OOV (no calibration mass there)"
+            src = ("uniform on OOV (no calibration mass there)" if case.calibration_probs is not None
+                   else "uniform on OOV (the case has no calibration_probs)")
         best_lam, best_alpha = bounds.best_mixing_lambda(p, qp, w)
-        out["best_mixing"] = {"lam": best_lam, "mean_alpha": best_alpha, "w": src}
+        out["best_mixing"] = {"lam": best_lam, "mean_alpha": _probability(best_alpha), "w": src}
     cost = case.n_contexts ** 2 * vm.n_target ** 3
     if lp == "never":
         skipped = "--lp never"
@@ -171,11 +172,18 @@ def compute_bounds(case, *, kernel_name: str = "identity", tau=None, lam=None,
     else:
         skipped = None
         _, lp_alpha = bounds.best_static_kernel_lp(p, qp)
-        out["best_static_kernel"] = {"mean_alpha": lp_alpha,
+        out["best_static_kernel"] = {"mean_alpha": _probability(lp_alpha),
                                      "note": "LP optimum: no static RDK kernel does better on these contexts"}
     if skipped:
         out["best_static_kernel"] = {"skipped": skipped}
     return out
+
+
+def _probability(alpha) -> float:
+    """A mean acceptance clipped to [0, 1], as every other alpha the command reports: a sum of
+    minima exceeds 1 by round-off (1.0000000000000002, which put the best rank-one kernel
+    above the LP optimum said to bound every static kernel)."""
+    return min(max(float(alpha), 0.0), 1.0)
 
 
 def cmd_bounds(args) -> int:
@@ -223,7 +231,8 @@ def register_bounds(sub) -> None:
                     "weight lam of the rank-one kernel (1 - lam) I + lam 1 w^T on the case's contexts "
                     "(exact: concave piecewise-linear maximisation; w is the marginal kernel's, the "
                     "calibration mean on the target ids outside I, except that without calibration "
-                    "mass there it is uniform on them where the marginal kernel is the identity: "
+                    "mass there (or without calibration rows) it is uniform on them where the "
+                    "marginal kernel is the identity: "
                     "the JSON's best_mixing.w says which) and, for N_T <= 64, the best static "
                     "kernel by linear programming (no RDK kernel reaches more on these contexts; "
                     "by default only while C^2 N_T^3 <= 2^30, about 12 s: see --lp).",
