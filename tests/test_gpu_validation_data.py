@@ -898,3 +898,16 @@ def test_two_sided_p_value_counts_outcomes_at_the_slack_edge_as_ties():
     x = 0.3
     pmf = np.array([x, x * (1 + 1e-9), 0.4 - x * 1e-9])
     assert agreement._two_sided(pmf, 0) == float(pmf[0] + pmf[1])
+
+
+def test_the_confidence_interval_follows_the_runs_false_alarm_rate(monkeypatch):
+    """critical_z took FALSE_ALARM as a default bound when the module was imported, so a run
+    at another rate (the test suite's 4e-6) tested at that rate but reported confidence
+    intervals at 1e-3: a measured mean inside its 'interval' could still fail its test."""
+    a, k = np.full(4, 0.5), np.array([120, 130, 125, 125])
+    wide = agreement.binomial_agreement(a, k, 250)["ci_half_width"]
+    monkeypatch.setattr(agreement, "FALSE_ALARM", 4e-6)
+    assert agreement.critical_z(2) == pytest.approx(sstats.norm.isf(4e-6 / 4))
+    half = agreement.binomial_agreement(a, k, 250)["ci_half_width"]
+    assert_close(half, sstats.norm.isf(4e-6 / 4) * np.sqrt(4 * 250 * 0.25) / 1000)
+    assert half > wide
