@@ -18,10 +18,13 @@ pytest.importorskip("transformers")
 from gpu_validation import collect, models, speculative  # noqa: E402
 from rdk_theory.proposals import tli_proposal  # noqa: E402
 from rdk_theory.vocab import VocabMap  # noqa: E402
-from tests.stats import assert_matches_law, assert_no_zero_probability_emitted  # noqa: E402
+from tests.stats import (assert_matches_law, assert_no_zero_probability_emitted,  # noqa: E402
+                         assert_pvalue, binomial_pvalue)
 from tests.tolerances import assert_close  # noqa: E402
 
 RUNS = 1500
+#: The drafter's kept ids (TLI's I): the target's first 150 of its 300 ids.
+KEPT = np.arange(150)
 
 
 def _law_after(lm, prefixes):
@@ -33,13 +36,25 @@ def _law_after(lm, prefixes):
 
 
 def test_generated_tokens_follow_the_targets_laws(tiny):
-    """Chi-square of token 1 and token 2 over RUNS = 1500 generations against their exact
-    laws, each at the suite's per-test false-alarm rate (tests/stats.py), and no token of
-    probability 0 emitted."""
+    """Monte Carlo, n = RUNS = 1500 generations; for token 1 and token 2 each: no token of
+    probability 0 emitted, a chi-square against the exact law, and an exact binomial test of
+    how many fall in the drafter's kept set I against the law's mass on I; all four p-values
+    at the suite's per-test rate FALSE_ALARM_PER_TEST = 4e-6 (tests/stats.py).
+
+    The target's laws are near uniform over 300 ids, so the chi-square pools its bins by
+    expected count, across I and its complement: against a rejection that resamples from p
+    instead of the residual it had power 0.27 %. That bug moves token 1's share in I from
+    p(I) ~ 0.50 to p(I) + (1 - p(I)) p(I) ~ 0.75 (the residual lies outside I), about 19
+    standard deviations at n = 1500, and token 2's to ~ 0.62 (~ 10 sd): the binomial tests
+    see it. A bonus token drawn from the wrong position's law (the last draft's instead of
+    the next) is not seen here: the tiny model's next-token laws differ by a total
+    variation of only ~ 0.06 between contexts (chi-square power ~ 1e-5 at this n); the
+    deterministic test_generate_with_a_deterministic_target_emits_its_forced_tokens
+    catches it."""
     lm = models.load(tiny["narrow"], dtype="float32")
     n = tiny["n_tokens"]
     prompt = collect.tokenize(lm.tokenizer, "def f(x):\n")
-    vm = VocabMap.from_kept_ids(np.arange(150), n)
+    vm = VocabMap.from_kept_ids(KEPT, n)
 
     def make(q_kept):
         return tli_proposal(q_kept[None], vm, check=False)[0]
@@ -58,7 +73,11 @@ def test_generated_tokens_follow_the_targets_laws(tiny):
     assert rejected > RUNS // 10  # the residual path ran
     for counts, law, what in ((first, p1, "token 1"), (second, p2, "token 2")):
         assert_no_zero_probability_emitted(counts, law)
-        assert_matches_law(counts, law, f"end-to-end {what}")
+        assert_matches_law(counts, law, f"end-to-end {what}, n = {RUNS}")
+        in_kept = int(counts[KEPT].sum())
+        assert_pvalue(binomial_pvalue(in_kept, RUNS, float(law[KEPT].sum())),
+                      f"end-to-end {what} in the kept set: {in_kept} of {RUNS}, "
+                      f"p(I) = {law[KEPT].sum():.4f}")
 
 
 def test_an_end_to_end_sampler_without_its_kernel_is_refused_before_any_work(tmp_path):
@@ -286,8 +305,9 @@ def test_generate_with_a_deterministic_target_emits_its_forced_tokens():
     """Target = drafter = a point mass on a token that depends on the whole history: every
     draft is accepted and every token, the bonus token included, is forced. A bonus drawn
     from the last draft's law, or drafts verified against the next position's law, emit
-    other tokens (the chi-square test of the real pair sees the first too, in about 5
-    minutes)."""
+    other tokens. This test is the one that sees the first: the Monte Carlo test of the
+    tiny pair above (n = 1500) has power ~ 1e-5 against it, its laws differing too little
+    between contexts."""
     n, prompt = 5, [1, 2]
     lm = _PointMassModel(0, n)
     want = list(prompt)

@@ -17,6 +17,7 @@ pytest.importorskip("torch")
 from gpu_validation import agreement, collect, harness, models, pruning, speculative, study, timing  # noqa: E402
 from gpu_validation.samplers import SAMPLERS  # noqa: E402
 from rdk_theory.validation import InputError  # noqa: E402
+from tests import stats  # noqa: E402
 from tests.tolerances import assert_close  # noqa: E402
 
 KEPT = (200, 50)
@@ -35,7 +36,9 @@ STUB_TIMING = {"device": "cpu", "calib_rows": 64, "repeats": 5, "slopes": {
 def run(tiny, tmp_path_factory):
     """One run (K = 200 and 50 of 300 ids, 20 positions, 50 steps, generation at K = 200 with
     TLI and marginal RDK, top-8 laws, seed 3) with spies on what the stages are given; returns
-    (report, config, seen). One generation size and two samplers: 1 x 2 checks, not 1 + 2."""
+    (report, config, seen). One generation size and two samplers: 1 x 2 checks, not 1 + 2.
+    The run-wide false-alarm rate agreement.FALSE_ALARM is lowered to the suite's
+    FALSE_ALARM_PER_TEST for the run (``tests.stats.assert_run_checks_pass``)."""
     seen = {"sweep": []}
     out = tmp_path_factory.mktemp("run")
     cfg = harness.RunConfig(target=tiny["narrow"], drafter=tiny["narrow"], dtype="float32",
@@ -57,6 +60,7 @@ def run(tiny, tmp_path_factory):
         mp.setattr(harness, "collect_pair", collect_pair)
         mp.setattr(study, "acceptance_study", acceptance_study)
         mp.setattr(timing, "sweep", lambda **kw: seen["sweep"].append(kw) or STUB_TIMING)
+        mp.setattr(agreement, "FALSE_ALARM", stats.FALSE_ALARM_PER_TEST)
         report = harness.run(cfg, log=lambda *a: None)
     assert json.loads((out / "report.json").read_text())["n_checks"] == report["n_checks"]
     return report, cfg, seen
@@ -95,7 +99,8 @@ def test_pruning_counts_and_teacher_forced_alphas_come_from_the_right_texts(run)
 def test_the_false_alarm_rate_is_split_over_every_check_of_the_run(run):
     """Bonferroni over the whole run (module docstring): 2 tests (aggregate, dispersion) per
     sampler and kept size, plus one per end-to-end (kept size, sampler); each end-to-end
-    check runs at FALSE_ALARM / that total, as the study's do."""
+    check runs at FALSE_ALARM / that total, as the study's do (the run's FALSE_ALARM, as
+    its report records it: the fixture lowered it to FALSE_ALARM_PER_TEST)."""
     report, cfg, seen = run
     n_e2e = len(cfg.e2e_kept) * len(cfg.e2e_samplers)
     assert n_e2e == 2 and seen["study_in"][3] == n_e2e
@@ -104,7 +109,8 @@ def test_the_false_alarm_rate_is_split_over_every_check_of_the_run(run):
     assert [(e["kept"], e["sampler"]) for e in report["speculative"]] == [
         (200, s) for s in ("tli", "marginal")]
     for e in report["speculative"]:
-        assert_close(e["check"]["test_level"], agreement.FALSE_ALARM / total)
+        assert_close(e["check"]["test_level"], report["false_alarm"] / total)
+    assert report["false_alarm"] == stats.FALSE_ALARM_PER_TEST
 
 
 def test_every_check_counts_towards_the_pass(run):
@@ -151,8 +157,12 @@ def test_timing_stage_gets_the_runs_device_sizes_and_seed(run):
 
 def test_summary_table_cells_and_slopes(run):
     """Each cell is 'predicted/measured ok' (the header names predicted first); the slopes
-    line leaves out a slope that could not be fitted (None); the last line is the verdict."""
+    line leaves out a slope that could not be fitted (None); the last line is the verdict.
+    Monte Carlo (20 positions x 50 steps per study cell, generation of 6 tokens): that every
+    check passes is one counted assertion at FALSE_ALARM_PER_TEST
+    (``tests.stats.assert_run_checks_pass``)."""
     report, _, _ = run
+    stats.assert_run_checks_pass(report)
     lines = harness.summary_lines(report)
     for r, line in zip(report["study"]["rows"], lines[1:1 + len(KEPT)]):
         c = r["checks"]["tli"]
@@ -165,9 +175,13 @@ def test_summary_table_cells_and_slopes(run):
 
 def test_a_failed_check_fails_the_run_and_the_command(tiny, tmp_path, monkeypatch, capsys):
     """One end-to-end check failing (a stand-in for its test): all_checks_pass is False, the
-    summary says so (its line ends in FAIL) and the command exits 1 (the report is written)."""
+    summary says so (its line ends in FAIL) and the command exits 1 (the report is written).
+    Monte Carlo (5 positions x 20 steps per study cell): that the study's checks pass is one
+    counted assertion at FALSE_ALARM_PER_TEST, the run's rate lowered to it
+    (``tests.stats.assert_run_checks_pass``)."""
     from gpu_validation.__main__ import main
 
+    monkeypatch.setattr(agreement, "FALSE_ALARM", stats.FALSE_ALARM_PER_TEST)
     orig = agreement.martingale_agreement
 
     def fails(*a, **kw):
@@ -180,6 +194,7 @@ def test_a_failed_check_fails_the_run_and_the_command(tiny, tmp_path, monkeypatc
                "--dtype", "float32", "--out", str(out)])
     lines = capsys.readouterr().out.splitlines()
     report = json.loads((out / "report.json").read_text())
+    stats.assert_run_checks_pass(report, study_only=True)
     assert all(c["pass"] for r in report["study"]["rows"] for c in r["checks"].values())
     assert report["all_checks_pass"] is False and rc == 1
     assert report["n_checks"] == len(SAMPLERS) + 2  # K = 50: study + TLI and marginal e2e

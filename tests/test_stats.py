@@ -6,7 +6,8 @@ import pytest
 
 from tests.stats import (
     FALSE_ALARM_PER_TEST, MAX_MC_ASSERTIONS, SUITE_FALSE_ALARM_BUDGET, InsufficientSamplesError,
-    _pool_bins, assert_no_zero_probability_emitted, binomial_pvalue, chi_square_gof,
+    _pool_bins, assert_no_zero_probability_emitted, assert_pvalue, binomial_pvalue,
+    bonferroni_pvalue, chi_square_gof,
 )
 
 
@@ -59,7 +60,22 @@ def test_false_alarm_rate_is_calibrated_under_the_null():
     pvals = np.array([chi_square_gof(np.bincount(rng.choice(9, size=n, p=probs), minlength=9), probs)
                       for _ in range(reps)])
     hits = int((pvals <= 0.1).sum())
-    assert binomial_pvalue(hits, reps, 0.1) > FALSE_ALARM_PER_TEST, hits
+    assert_pvalue(binomial_pvalue(hits, reps, 0.1), f"chi-square calibration, {hits} of {reps}")
+
+
+def test_bonferroni_pvalue_is_the_union_bound_over_the_split():
+    """n_tests x the smallest p-value, capped at 1; n_tests defaults to the p-values' count and
+    may exceed it (a run's split), never fall short; a bound above 1 counts as 1."""
+    assert bonferroni_pvalue([0.5, 0.01, 0.2]) == pytest.approx(0.03)
+    assert bonferroni_pvalue([0.5, 0.01], n_tests=10) == pytest.approx(0.1)
+    assert bonferroni_pvalue([0.5, 0.9]) == 1.0 and bonferroni_pvalue([1.3]) == 1.0
+    # it fails exactly when one of the n_tests tests fails at the split level
+    level = FALSE_ALARM_PER_TEST
+    assert not bonferroni_pvalue([0.3, 0.9 * level / 8], n_tests=8) > level
+    assert bonferroni_pvalue([0.3, 1.1 * level / 8], n_tests=8) > level
+    for bad, n in (([], None), ([0.1, float("nan")], None), ([-0.1], None), ([0.1, 0.2], 1)):
+        with pytest.raises(ValueError):
+            bonferroni_pvalue(bad, n_tests=n)
 
 
 def test_power_against_a_small_shift():
@@ -73,8 +89,10 @@ def test_power_against_a_small_shift():
 def test_chi_square_false_alarm_rate_at_the_minimum_expected_count_is_within_its_factor():
     """The worst case of the pooled chi-square: two bins, one expecting exactly MIN_EXPECTED
     (a Poisson-like count, the heaviest tail). Exact: sum the binomial law over every count the
-    test rejects. It must stay within CHI2_TAIL_FACTOR x the level, so the true per-assertion
-    rate is at most 1e-5; at Cochran's 5 it was 22x (2.3e-4 against 1e-5)."""
+    test rejects, at the nominal 1e-5 (the budget's share per assertion before the tail
+    factor). It must stay within CHI2_TAIL_FACTOR x that level; at Cochran's 5 it was 22x
+    (2.3e-4 against 1e-5). The suite's own level, 4e-6, where within the factor means a true
+    rate of at most 1e-5, is checked over a grid of expected counts below."""
     from scipy import stats as sstats
 
     from tests import stats
