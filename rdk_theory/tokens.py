@@ -49,13 +49,20 @@ BYTE_DECODER = _byte_decoder()
 
 
 def detect_space_marker(tokens: Sequence[str]) -> str | None:
-    """The word-start marker most used in ``tokens`` (``Ġ`` or ``▁``), or None."""
+    """The word-start marker most used in ``tokens`` (``Ġ`` or ``▁``), or None: none starts a
+    token, or more tokens start with a literal space than with either marker. Byte-level and
+    SentencePiece vocabularies write every space as their marker, so a literal space marks a
+    plain vocabulary, where ``Ġ`` (a Latin letter, U+0120) or ``▁`` may still start a token:
+    one such token made a plain list of thousands byte-level, and its ``é`` a byte 0xE9."""
     counts = {m: 0 for m in KNOWN_SPACE_MARKERS}
+    spaces = 0
     for tok in tokens:
         if tok and tok[0] in counts:
             counts[tok[0]] += 1
+        elif tok and tok[0] == " ":
+            spaces += 1
     best = max(counts, key=counts.get)
-    return best if counts[best] > 0 else None
+    return best if counts[best] > 0 and counts[best] >= spaces else None
 
 
 def token_family(tokens: Sequence[str]) -> str:

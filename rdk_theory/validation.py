@@ -444,6 +444,19 @@ def check_tau(tau, name: str = "tau") -> float:
     return t
 
 
+def check_float_ids(arr: np.ndarray, n_target: int, name: str) -> None:
+    """InputError when ids stored as floats of ``arr``'s dtype cannot all be exact below
+    ``n_target``: float16 holds every whole number only up to 2048 (float32 2^24), so an id
+    3001 written as float16 reads 3000, another token, and every acceptance read 0."""
+    if arr.dtype.kind != "f":
+        return
+    exact = 2 ** (np.finfo(arr.dtype).nmant + 1)  # every whole number up to this is exact
+    if n_target - 1 > exact:
+        raise InputError(f"{name} is stored as {arr.dtype}, which holds whole numbers exactly "
+                         f"only up to {exact:,}, not every id of a {n_target:,}-token "
+                         "vocabulary: store the ids as integers")
+
+
 def as_draft_to_target(x, n_target: int, name: str = "draft_to_target") -> np.ndarray:
     """Return the drafter->target id map as int64, or raise InputError."""
     try:
@@ -459,10 +472,11 @@ def as_draft_to_target(x, n_target: int, name: str = "draft_to_target") -> np.nd
     elif arr.dtype.kind not in "iu":
         raise InputError(f"{name} must hold integers, got dtype {arr.dtype}")
     if isinstance(n_target, bool) or not isinstance(n_target, (int, np.integer)) or n_target < 1:
-        raise InputError(f"target vocabulary size must be an integer >= 1, got {n_target}")
+        raise InputError(f"target vocabulary size must be an integer >= 1, got {n_target!r}")
     if n_target > MAX_COUNT:  # ids are int64: a larger N_T let an id of 2^63 pass and wrap
         raise InputError(f"target vocabulary size must be at most 2^63 - 1 (ids are int64), "
                          f"got {n_target}")
+    check_float_ids(arr, n_target, name)
     # the range is checked on the values as given, before the cast to int64 (which would
     # wrap a uint64 or a float beyond 2^63 into another id, and report the wrong value)
     bad = (arr >= n_target) if arr.dtype.kind == "u" else (arr < -1) | (arr >= n_target)

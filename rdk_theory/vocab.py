@@ -26,7 +26,7 @@ import numpy as np
 from . import _backend as B
 from .tokens import canonical_tokens, detect_space_marker, mark_special, match_ranks
 from .validation import (NEG_ATOL, InputError, as_count, as_draft_to_target, as_real_array,
-                         as_real_tensor, host)
+                         as_real_tensor, check_float_ids, host)
 
 @dataclass(frozen=True, eq=False)
 class VocabMap:
@@ -158,6 +158,7 @@ class VocabMap:
         if np.any(kept < 0):
             raise InputError(f"kept_ids must be target ids >= 0, got {int(kept.min())}")
         n_target = as_count(n_target, "n_target", 1)
+        check_float_ids(kept, n_target, "kept_ids")
         if kept.max() >= n_target:  # named here: the map's own message would offer -1
             raise InputError(f"kept_ids holds id {int(kept.max())}, but the target has {n_target} "
                              f"ids (0..{n_target - 1})")
@@ -213,7 +214,11 @@ class VocabMap:
         ``"bytes"`` a SentencePiece byte-fallback token (``<0x61>``) comes after the text token
         standing for the same bytes (``a``; :func:`rdk_theory.tokens.match_ranks`). An empty or
         ``None`` string (a hole in a tokenizer's id table) matches nothing. Any map keeps TLI
-        lossless; a better map only raises acceptance.
+        lossless. A map that pairs more tokens raises vanilla's acceptance and the OOV cap
+        ``p(I)``, not necessarily TLI's: TLI renormalises ``q`` on ``I``, and a token added to
+        ``I`` takes its share of that mass, maybe from a token the target prefers (drafter
+        ``q = (1/2, 1/2)`` on ``Ġa``, ``Ċ``, target ``p = (1, 0)`` on ``▁a``, ``<0x0A>``: TLI
+        accepts 1 with ``Ċ`` unmatched, 1/2 with it matched).
         """
         draft_tokens = _strings(draft_tokens, "draft_tokens")
         target_tokens = _strings(target_tokens, "target_tokens")

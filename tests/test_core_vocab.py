@@ -445,3 +445,52 @@ def test_keep_most_frequent_ranks_unsigned_counts_by_count(dtype):
     counts = np.array([0, 5, 3, 0, 5], dtype=dtype)
     assert rt.keep_most_frequent(counts, 2).tolist() == [1, 4]
     assert rt.keep_most_frequent(counts, 3).tolist() == [1, 2, 4]
+
+
+def test_a_plain_vocabulary_with_one_marker_led_token_stays_plain():
+    """One token starting with 'Ġ' (a Latin letter, U+0120: Maltese 'Ġie') made a plain list
+    with literal spaces byte-level: its 'é' read as byte 0xE9 matched nothing and its 'Ã©'
+    was paired with the target's 'é', other bytes. Byte-level and SentencePiece lists write
+    every space as their marker, so literal-space tokens outnumbering the marker say plain;
+    the same holds for a lone '▁' token, which made '<0x41>' read as one byte."""
+    from rdk_theory.tokens import token_family
+
+    plain = [" the", "the", " café", "é", "Ã©", "Ġie"]
+    sp = ["▁the", "the", "▁café", "é", "Ã©", "Ġie"]
+    assert token_family(plain) == "plain" and token_family(sp) == "sentencepiece"
+    assert rt.VocabMap.from_token_strings(plain, sp).draft_to_target.tolist() == [0, 1, 2, 3, 4, 5]
+    plain_sp = [" a", " b", "▁", "<0x41>"]
+    assert token_family(plain_sp) == "plain"
+    assert rt.VocabMap.from_token_strings(plain_sp, ["A", "<0x41>"]).draft_to_target.tolist() == \
+        [-1, -1, -1, 1]  # the literal string '<0x41>', not the byte 'A'
+    # a real marker vocabulary still wins over a few literal-space tokens
+    assert token_family(["Ġa", "Ġb", " c"]) == "byte_level"
+
+
+@pytest.mark.parametrize("dtype, n_target, ok", [
+    (np.float16, 2049, True), (np.float16, 2050, False), (np.float32, 2**24 + 1, True),
+    (np.float32, 2**24 + 2, False), (np.float64, 4000, True)])
+def test_ids_stored_as_floats_are_refused_where_the_dtype_cannot_hold_every_id(dtype, n_target, ok):
+    """float16 holds whole numbers exactly only up to 2048: an id 3001 written as float16
+    reads 3000, and 'acceptance' gave every alpha 0 with no word. A float dtype is taken only
+    when it holds every id of the target's vocabulary."""
+    ids = np.array([3, 5], dtype=dtype)
+    for build in (lambda: rt.VocabMap(n_target, ids), lambda: rt.VocabMap.from_kept_ids(ids, n_target)):
+        if ok:
+            assert build().draft_to_target.tolist() == [3, 5]
+        else:
+            with pytest.raises(rt.InputError, match=f"stored as {np.dtype(dtype).name}, which "
+                               "holds whole numbers exactly only up to"):
+                build()
+
+
+def test_a_map_that_pairs_more_tokens_can_lower_tli(capsys):
+    """The docstring of from_token_strings said a better map only raises acceptance; it
+    raises vanilla's and the OOV cap, not TLI's, which renormalises q on I (its example)."""
+    d, t = ["Ġa", "Ċ"], ["▁a", "<0x0A>"]
+    p, q = np.array([[1.0, 0.0]]), np.array([[0.5, 0.5]])
+    full = rt.VocabMap.from_token_strings(d, t)
+    part = rt.VocabMap.from_token_strings(d, t, normalise="marker")
+    assert full.draft_to_target.tolist() == [0, 1] and part.draft_to_target.tolist() == [0, -1]
+    tli = lambda vm: float(rt.acceptance_rate(p, rt.tli_proposal(q, vm))[0])  # noqa: E731
+    assert (tli(full), tli(part)) == (0.5, 1.0)
