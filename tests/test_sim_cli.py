@@ -45,6 +45,31 @@ def test_dsi_small_grid(capsys, tmp_path):
     assert obj["range_vs_si"][0] >= 1 - INEQUALITY_SLACK
 
 
+def test_dsi_names_the_points_whose_best_lookahead_is_the_cap(capsys):
+    """'best lookahead per point' was searched over k <= --k-max without a word where the best
+    sat at the cap (SI's best is 74 at c = 0.01, a = 0.98 under the default 64: DSI / SI read
+    1.437 instead of 1.429). The count is SI's and DSI's points at the cap (DSI's only where
+    k c <= 1 would allow more), as a direct search finds them, and the line goes away when the
+    cap is large enough."""
+    from simulators import dsi
+
+    args = ["dsi", "--c-points", "3", "--a-points", "3", "--k-max", "2", "--servers", "3"]
+    rc, out, _ = _run(capsys, *args, "--json")
+    obj = json.loads(out)
+    cs, as_ = obj["c"], obj["a"]
+    want_si = sum(dsi.si_best(c, a, 2)[0] == 2 for c in cs for a in as_)
+    want_dsi = sum(dsi.dsi_best(c, a, 3, 2)[0] == 2 and 1 / c >= 3 for c in cs for a in as_)
+    assert obj["points_best_k_at_k_max"] == {"si": want_si, "dsi": want_dsi} and want_si > 0
+    rc, out, _ = _run(capsys, *args)
+    assert rc == 0 and out.splitlines()[-1] == (
+        f"best lookahead at the cap --k-max 2: {want_si} SI and {want_dsi} DSI grid points, whose "
+        "times are for k <= 2 only (a larger --k-max may lower them)")
+    assert "c in [0.02, 0.3], a in [0.5, 0.95]" in out or "sub-grid empty" in out
+    rc, out, _ = _run(capsys, "dsi", "--c-points", "3", "--a-points", "3", "--k-max", "512",
+                      "--servers", "3")
+    assert rc == 0 and "at the cap" not in out
+
+
 def test_disco_small(capsys):
     rc, out, _ = _run(capsys, "disco", "--tokens", "500", "--trace-length", "200", "--gamma-max", "4",
                       "--thresholds", "0.3", "--json")
