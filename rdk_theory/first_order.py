@@ -283,6 +283,12 @@ class FirstOrderCovarianceKernel:
         acceptance costs no extra read of the proposal); otherwise this is
         ``transport`` followed by :func:`rdk_theory.acceptance_rate` on trusted arrays.
         ``normalise`` as in :meth:`transport`.
+
+        ``target_probs`` is trusted, as in a decode loop, whose ``p`` is a softmax row:
+        its width and broadcasting are checked, not that it is a law (that check would read
+        ``p`` once more, as much as the floor itself). Logits passed by mistake give a
+        meaningless "acceptance" (negative, say); :func:`rdk_theory.rdk_proposal_with_acceptance`
+        checks ``p`` and ``q`` and then calls this method.
         """
         q_prime = self._input(q_prime)
         if not (_plain(target_probs) and target_probs.shape == q_prime.shape):  # decode loop: no

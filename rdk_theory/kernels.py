@@ -167,6 +167,7 @@ class IdentityKernel:
         return real_input(q_prime)
 
     def row_sums(self):
+        """The row sums of ``M``: the identity's rows sum to 1 (one value stands for all)."""
         return np.ones(1)
 
 
@@ -217,6 +218,7 @@ class DenseKernel:
         self._torch = _DeviceCache()
 
     def transport(self, q_prime):
+        """``M^T q'`` for ``q'`` (..., N_T): numpy, Fractions or a torch tensor on its device."""
         check_width(q_prime, self.n)
         q_prime = real_input(q_prime)
         if B.is_torch(q_prime):
@@ -224,6 +226,7 @@ class DenseKernel:
         return settled(q_prime @ self.matrix)
 
     def row_sums(self):
+        """The row sums of ``M`` (N_T,): 1 up to round-off, checked when the kernel is made."""
         return self.matrix.sum(axis=1)
 
 
@@ -261,6 +264,7 @@ class SparseKernel:
         self._torch = {}
 
     def transport(self, q_prime):
+        """``M^T q'`` for ``q'`` (..., N_T), by the sparse product: numpy or a torch tensor."""
         check_width(q_prime, self.n)
         q_prime = real_input(q_prime)
         if B.is_torch(q_prime):
@@ -283,7 +287,17 @@ class SparseKernel:
         return np.asarray((self.matrix_t @ flat.T).T).reshape(q_prime.shape)
 
     def row_sums(self):
+        """The row sums of ``M`` (N_T,): 1 up to round-off, checked when the kernel is made."""
         return np.asarray(self.matrix.sum(axis=1)).ravel()
+
+
+def _checked_lam(lam):
+    """A mixing weight in [0, 1]: an int or Fraction as it is (exact), any other real number
+    (numpy's, a 0-d array's or tensor's) as a float; else InputError."""
+    scalar = real_number(lam)  # None for an array, a tensor of several entries, a string
+    if scalar is None or not 0 <= scalar <= 1:  # NaN fails too
+        raise InputError(f"lam must be a number in [0, 1], got {lam!r}")
+    return lam if isinstance(lam, numbers.Rational) else scalar
 
 
 class MarginalKernel:
@@ -301,11 +315,7 @@ class MarginalKernel:
         w = as_prob_array(w, "w")
         if w.ndim != 1:
             raise InputError(f"w must be 1-D, got shape {w.shape}")
-        scalar = real_number(lam)  # None for an array, a tensor of several entries, a string
-        if scalar is None or not 0 <= scalar <= 1:  # NaN fails too
-            raise InputError(f"lam must be a number in [0, 1], got {lam!r}")
-        if not isinstance(lam, numbers.Rational):  # an int or Fraction stays exact
-            lam = scalar  # a float: numpy's, or a 0-d array's or tensor's
+        lam = _checked_lam(lam)
         # a private host copy: later edits by the caller cannot leak in; torch input (any
         # device) is copied to the host, and transport moves it to each input's device. A float
         # w (validated to sum to 1 within PROB_ATOL) is renormalised so that the kernel is
@@ -331,6 +341,8 @@ class MarginalKernel:
         oov, n = vocab_map.oov, vocab_map.n_target
         exact = mu.dtype == object
         w = np.zeros(n, dtype=object if exact else np.float64)  # exact: Python int zeros
+        if lam is not None:  # checked whatever the kernel turns out to be (5 made an identity)
+            _checked_lam(lam)
         if mass <= 0:
             w[:] = Fraction(1, n) if exact else 1.0 / n
             return cls(w, 0 if exact else 0.0)
@@ -354,6 +366,7 @@ class MarginalKernel:
         return mu, (float(mu[oov].sum()) if oov.size else 0.0)
 
     def transport(self, q_prime):
+        """``(1 - lam) q' + lam q'(T) w`` for ``q'`` (..., N_T): O(N), exact on Fractions."""
         check_width(q_prime, self.n)
         lam = self.lam
         q_prime = real_input(q_prime)  # a list as an array (a float times a list: TypeError)
@@ -363,6 +376,7 @@ class MarginalKernel:
         return settled((1 - lam) * q_prime + lam * B.total(q_prime, keepdims=True) * self.w)
 
     def row_sums(self):
+        """The row sums of ``M``, all ``(1 - lam) + lam sum w`` (one value stands for all)."""
         return np.array([(1 - self.lam) + self.lam * self.w.sum()])
 
     def dense(self):
@@ -451,7 +465,7 @@ class CovarianceSoftmaxKernel:
             top = float((self.factor * self.factor).sum(axis=0).max()) / self.tau
         if not np.isfinite(2 * top):
             raise InputError(f"Omega / tau overflows at tau = {tau:g}: choose a larger tau")
-        self.block_rows = max(1, int(block_bytes) // (8 * self.n))
+        self.block_rows = max(1, as_count(block_bytes, "block_bytes", 1) // (8 * self.n))
         self.show_progress = show_progress
         self._torch = _DeviceCache()
 
@@ -465,6 +479,7 @@ class CovarianceSoftmaxKernel:
         return blk
 
     def transport(self, q_prime):
+        """``M^T q'`` for ``q'`` (..., N_T), from the rows of ``M`` where ``q'`` has mass."""
         check_width(q_prime, self.n)
         q_prime = real_input(q_prime)
         if B.is_torch(q_prime):
@@ -605,7 +620,11 @@ def sparse_topk_kernel(affinity, k: int, tau: float = 1.0, *, n: int | None = No
     data = np.zeros(n * k)
     for start in range(0, n, block):
         rows = np.arange(start, min(n, start + block))
-        blk = np.array(B.to_numpy(rows_of(rows)), dtype=np.float64)
+        try:
+            blk = np.array(B.to_numpy(rows_of(rows)), dtype=np.float64)
+        except IndexError:  # a callable over fewer ids than n (covariance_affinity's, say)
+            raise InputError(f"affinity(rows) failed for rows {rows[0]}..{rows[-1]} with an "
+                             f"index error: does the affinity cover n = {n} ids?") from None
         if blk.shape != (rows.size, n):  # wider rows would put column ids >= n in the matrix
             raise InputError(f"affinity(rows) must return a (len(rows), {n}) block, got shape "
                              f"{blk.shape} for rows {rows[0]}..{rows[-1]}")
@@ -632,6 +651,9 @@ def as_kernel(kernel, *, name: str = "kernel"):
     """Wrap a dense array / scipy.sparse matrix / kernel object as a kernel, checking it."""
     if kernel is None:
         return IdentityKernel()
+    if isinstance(kernel, type):  # IdentityKernel for IdentityKernel(): transport unbound
+        raise InputError(f"{name} is the class {kernel.__name__}, not a kernel: make one "
+                         f"({kernel.__name__}(...))")
     if hasattr(kernel, "transport"):
         return kernel
     try:

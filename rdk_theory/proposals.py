@@ -104,6 +104,9 @@ def _check_kernel(kernel, vocab_map, name, *, optional: bool = False):
     check_vocab_map(vocab_map)  # before vocab_map.n_target below
     if kernel is None and optional:
         return
+    if isinstance(kernel, type):  # IdentityKernel for IdentityKernel(): transport unbound
+        raise InputError(f"{name} is the class {kernel.__name__}, not a kernel: make one "
+                         f"({kernel.__name__}(...))")
     if not callable(getattr(kernel, "transport", None)):
         raise InputError(f"{name} must be a kernel, an object with transport(q') (see "
                          f"rdk_theory.kernels), got {type(kernel).__name__}: wrap a matrix "

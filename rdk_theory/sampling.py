@@ -28,7 +28,8 @@ class InverseCdf:
     ``self(u)`` maps uniforms ``u`` in [0, 1) to indices ``i`` with
     ``cdf[i-1] <= u * total < cdf[i]``; an index of zero weight is never returned (an index
     past the last positive weight is clamped to it: for u < 1, ``u * top`` rounds below ``top``
-    in float64, so only a u of 1, outside the domain, reaches the clamp). For loops that draw
+    in float64, so the clamp is a guard only). A ``u`` outside [0, 1), NaN included, is an
+    InputError. For loops that draw
     many times from the same law (simulators), build it once; :func:`draw` and :func:`sample_steps` use it too.
     """
 
@@ -61,7 +62,13 @@ class InverseCdf:
     def __call__(self, u):
         if self.last < 0:  # the clamp below would return -1, which indexes the last token
             raise InputError("weights are all zero: nothing can be drawn from them")
-        return np.minimum(np.searchsorted(self.cdf, np.asarray(u) * self._top, side="right"), self.last)
+        u = np.asarray(u)
+        # outside [0, 1) (NaN included) a negative u returned index 0 whatever its weight,
+        # and 7 or NaN the last positive one: refused, as the docstring promises no zero weight
+        if u.size and not (u.min() >= 0 and u.max() < 1):
+            bad = u.ravel()[np.flatnonzero(~((u.ravel() >= 0) & (u.ravel() < 1)))[0]]
+            raise InputError(f"uniforms must be in [0, 1), got {float(bad)!r}")
+        return np.minimum(np.searchsorted(self.cdf, u * self._top, side="right"), self.last)
 
 
 #: Smallest weight total searched as it is: below, ``u * total`` has fewer than 53 significant

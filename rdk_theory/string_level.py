@@ -90,6 +90,21 @@ def _probabilities(values, name: str, *, sums: str | None = "1"):
     return arr
 
 
+def _drafter_call(next_token_probs, context: tuple) -> Mapping:
+    """``next_token_probs(context)``, refusing a drafter that is not a callable returning a
+    mapping: a dict of token probabilities passed as the drafter was a raw TypeError ('dict'
+    object is not callable), a callable returning a list a raw AttributeError."""
+    if not callable(next_token_probs):
+        raise InputError(f"next_token_probs must be a callable context -> {{token: "
+                         f"probability}}, got {type(next_token_probs).__name__} (a dict of "
+                         "token probabilities: wrap it with unigram_drafter)")
+    out = next_token_probs(context)
+    if not isinstance(out, Mapping):
+        raise InputError(f"next_token_probs(context) must return a mapping token -> "
+                         f"probability, got {type(out).__name__} for context {context!r}")
+    return out
+
+
 def check_target_string(string) -> None:
     """InputError unless ``string`` is a non-empty str: a target token (every drafter output
     starts with "", so psi("") would be 1 and no segmentation of it is minimal)."""
@@ -113,7 +128,7 @@ def prefix_probability(string: str, next_token_probs: NextTokenProbs, prefix: tu
     stack = [(string, tuple(prefix), 1)]
     while stack:
         rest, context, weight = stack.pop()
-        for tok, prob in next_token_probs(context).items():
+        for tok, prob in _drafter_call(next_token_probs, context).items():
             if not tok:
                 raise InputError("drafter tokens must be non-empty strings")
             if total is None:
@@ -152,14 +167,14 @@ def psi_by_segmentations(target_tokens: Sequence[str], next_token_probs: NextTok
     """``psi(t)`` for each target token string by summing over its enumerated segmentations."""
     out = []
     targets = _token_strings(target_tokens, "target tokens")
-    root = next_token_probs(()) if targets else {}
+    root = _drafter_call(next_token_probs, ()) if targets else {}
     zero = 0 * next(iter(root.values()), 0)  # the drafter's zero: Fraction(0) for Fractions
     for s in targets:
         total = zero
         for seq in segmentations(s, drafter_tokens):
             prob = 1
             for i, tok in enumerate(seq):
-                prob = prob * next_token_probs(tuple(seq[:i])).get(tok, 0)
+                prob = prob * _drafter_call(next_token_probs, tuple(seq[:i])).get(tok, 0)
             total = total + prob
         out.append(total)
     return _psi_array(out)

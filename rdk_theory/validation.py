@@ -164,7 +164,10 @@ def common_tier(a, b):
 
 def real_number(value) -> float | None:
     """``value`` as a float when it is one real number (a Python or numpy scalar, a Fraction, a
-    0-d array or tensor), else None: a bool, a string, a complex number or an array is none."""
+    0-d array or tensor), else None: a bool, a string, a complex number or an array is none.
+    A tensor that requires grad is read as its value (numpy refused it with torch's error)."""
+    if _is_torch(value):
+        value = value.detach()
     try:
         scalar = np.ndim(value) == 0 and not isinstance(value, (bool, np.bool_, str, bytes))
         return float(value) if scalar and np.asarray(value).dtype != bool else None

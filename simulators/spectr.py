@@ -89,7 +89,10 @@ def kseq_sample(p, q, rho: float, k: int, n: int, rng) -> tuple[np.ndarray, np.n
     q_draw = InverseCdf(q)  # q may be sub-stochastic: its total is the drafting mass
     mass = q_draw.total
     u = rng.random((n, k))
-    drafts = np.where(u < mass, q_draw(u / mass) if mass > 0 else 0, -1)
+    drafts = np.full((n, k), -1, dtype=np.int64)  # -1: the drafter drafted nothing
+    drafting = u < mass  # only these are uniforms of q's draw (u / mass in [0, 1))
+    if mass > 0:
+        drafts[drafting] = q_draw(u[drafting] / mass)
     safe = np.where(drafts >= 0, drafts, 0)
     ratio = np.where(drafts >= 0, p[safe] / (rho * np.where(q[safe] > 0, q[safe], 1.0)), 0.0)
     ok = rng.random((n, k)) < np.minimum(ratio, 1.0)

@@ -683,3 +683,86 @@ def test_string_level_acceptance_refuses_a_psi_narrower_than_the_target(fn):
     with pytest.raises(rt.InputError, match=r"target_probs and psi must cover the same target "
                                             r"tokens \(last axis\), got shapes \(2,\) and \(1,\)"):
         fn([0.5, 0.5], [1.0])
+
+
+def _toy_calibration(n=8, s=5, seed=0):
+    return np.random.default_rng(seed).dirichlet(np.ones(n), size=s)
+
+
+def test_a_temperature_or_weight_given_as_a_tensor_that_requires_grad_is_its_value():
+    """torch.nn.Parameter(1e-3) as tau (lam) raised torch's "Can't call numpy() on Tensor
+    that requires grad" in every kernel that takes one, where the same tensor detached was
+    taken: it is read as its value, and the kernel is the float's."""
+    cal = _toy_calibration()
+    q = np.random.default_rng(1).dirichlet(np.ones(8))
+    tau = torch.nn.Parameter(torch.tensor(1e-2, dtype=torch.float64))
+    assert_close(rt.FirstOrderCovarianceKernel(cal, tau).transport(q),
+                 rt.FirstOrderCovarianceKernel(cal, 1e-2).transport(q))
+    assert_close(rt.CovarianceSoftmaxKernel(cal, tau).transport(q),
+                 rt.covariance_softmax_kernel(cal, 1e-2).transport(q))
+    lam = torch.nn.Parameter(torch.tensor(0.25))
+    assert rt.MarginalKernel(np.full(8, 1 / 8), lam).lam == 0.25
+
+
+@pytest.mark.parametrize("call", [
+    lambda q, vm: rt.rdk_proposal(q, vm, rt.IdentityKernel),
+    lambda q, vm: rt.build_proposals(q, vm, first_order=rt.FirstOrderCovarianceKernel),
+    lambda q, vm: rt.as_kernel(rt.DenseKernel)])
+def test_a_kernel_class_for_a_kernel_is_refused_by_name(call):
+    """rdk_proposal(q, vm, IdentityKernel) was a raw TypeError (transport() missing an
+    argument) and as_kernel returned the class itself."""
+    vm = rt.VocabMap.identity(4)
+    with pytest.raises(rt.InputError, match=r"is the class \w+Kernel, not a kernel: make one"):
+        call(np.full((1, 4), 0.25), vm)
+
+
+def test_marginal_from_calibration_checks_lam_when_the_kernel_is_the_identity():
+    """With no OOV tokens (or no calibration mass on them) the kernel is the identity, and lam
+    was ignored unchecked: lam=5, 'x' or NaN made an identity kernel with no word. A lam in
+    [0, 1] still gives the identity there, as documented."""
+    cal = _toy_calibration()
+    vm = rt.VocabMap.identity(8)
+    for lam in (5, "x", float("nan"), -1):
+        with pytest.raises(rt.InputError, match="lam must be a number in"):
+            rt.MarginalKernel.from_calibration(cal, vm, lam=lam)
+    assert rt.MarginalKernel.from_calibration(cal, vm, lam=0.5).lam == 0.0
+
+
+@pytest.mark.parametrize("u", [-0.5, float("nan"), 7.0, 1.0])
+def test_inverse_cdf_refuses_uniforms_outside_zero_one(u):
+    """A u below 0 returned index 0 however small its weight (0 here), which the docstring
+    says never happens; 7 and NaN were clamped to the last positive weight."""
+    draw = rt.InverseCdf([0.0, 1.0, 0.0])
+    assert draw(np.array([0.0, 0.5, np.nextafter(1.0, 0)])).tolist() == [1, 1, 1]
+    with pytest.raises(rt.InputError, match=r"uniforms must be in \[0, 1\)"):
+        draw(np.array([0.5, u]))
+
+
+@pytest.mark.parametrize("block_bytes", ["x", None, -5, 0, 2.5])
+def test_covariance_kernel_block_bytes_is_a_positive_count(block_bytes):
+    """block_bytes='x' and None were raw ValueError and TypeError; -5 and 0 were read as one
+    row per block."""
+    with pytest.raises(rt.InputError, match="block_bytes"):
+        rt.CovarianceSoftmaxKernel(_toy_calibration(), 0.1, block_bytes=block_bytes)
+
+
+def test_sparse_topk_with_an_affinity_over_fewer_ids_than_n_is_an_input_error():
+    """covariance_affinity over 8 ids with n = 12 was numpy's IndexError from inside the
+    callable; n = 8 builds the kernel."""
+    aff = rt.covariance_affinity(_toy_calibration())
+    with pytest.raises(rt.InputError, match=r"index error: does the affinity cover n = 12 ids"):
+        rt.sparse_topk_kernel(aff, 2, 0.1, n=12)
+    assert rt.sparse_topk_kernel(aff, 2, 0.1, n=8).matrix.shape == (8, 8)
+
+
+def test_psi_refuses_a_drafter_that_is_not_a_callable_returning_a_mapping():
+    """psi(tokens, {'a': 1.0}) was "'dict' object is not callable"; a drafter returning a
+    list an AttributeError. unigram_drafter wraps the dict."""
+    with pytest.raises(rt.InputError, match="wrap it with unigram_drafter"):
+        sl.psi(["a"], {"a": 1.0})
+    with pytest.raises(rt.InputError, match="must return a mapping token -> probability, got list"):
+        sl.psi(["a"], lambda ctx: [("a", 1.0)])
+    with pytest.raises(rt.InputError, match="wrap it with unigram_drafter"):
+        sl.psi_by_segmentations(["a"], {"a": 1.0}, ["a"])
+    assert sl.psi(["a", "b"], sl.unigram_drafter({"a": Fraction(1, 4), "b": Fraction(3, 4)})).tolist() \
+        == [Fraction(1, 4), Fraction(3, 4)]
