@@ -187,6 +187,8 @@ def _checked_proposal(r, n: int, ctx: tuple) -> np.ndarray:
     r = np.asarray(r)  # a list of Fractions stays exact (as_prob_array reads a list as floats)
     if r.shape != (n,):
         raise InputError(f"the proposal at context {ctx} has shape {r.shape}, not ({n},)")
+    if r.dtype.kind in "biu":  # integers (a point mass) are exact too: Python ints, not float64
+        r = r.astype(np.int64).astype(object) if r.dtype.kind == "b" else r.astype(object)
     return as_prob_array(r, f"the proposal at context {ctx}", allow_sub_stochastic=True)
 
 

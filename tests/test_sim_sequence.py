@@ -192,6 +192,16 @@ def test_a_float_proposal_negative_by_round_off_gives_a_law_without_negative_wei
     assert_close(sum(law.values()), 1.0)
 
 
+def test_an_integer_proposal_keeps_the_law_exact():
+    """An int or bool proposal (a point mass) is exact, as Fractions are: read as float64 by
+    the shared check, is_lossless called a lossless point mass lossy (5.55e-17 off)."""
+    lm = MarkovLM(3, 0, {(): np.array([Fraction(1, 10), Fraction(2, 10), Fraction(7, 10)],
+                                      dtype=object)})
+    for r in (np.array([0, 1, 0]), np.array([False, True, False]), [0, 1, 0]):
+        assert is_lossless(lm, lambda ctx: r, 2) == (True, Fraction(0))
+        assert all(isinstance(w, Fraction) for w in block_law(lm, lambda ctx: r, 2).law.values())
+
+
 def test_context_longer_than_order_uses_last_tokens():
     lm = MarkovLM(2, 1, {(-1,): np.array([Fraction(1), Fraction(0)], dtype=object),
                          (0,): np.array([Fraction(1, 2), Fraction(1, 2)], dtype=object),
