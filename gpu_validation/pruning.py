@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from rdk_theory.validation import InputError
+from rdk_theory.validation import InputError, check_float_ids
 from rdk_theory.vocab import VocabMap, keep_most_frequent
 
 
@@ -24,6 +24,8 @@ def token_counts(token_ids, vocab_size: int) -> np.ndarray:
     floats with whole values; ``0.7`` was read as 0)."""
     parts = ([np.asarray(t).ravel() for t in token_ids] if isinstance(token_ids, (list, tuple))
              else [np.asarray(token_ids).ravel()])
+    for part in parts:  # before the concatenation, which would make a float16 part float64
+        check_float_ids(part.dtype, vocab_size, "token_ids")
     ids = np.concatenate(parts) if parts else np.zeros(0, dtype=np.int64)  # [] was a ValueError
     if ids.size and not (ids.dtype.kind in "iu" or (ids.dtype.kind == "f" and np.all(
             np.isfinite(ids)) and np.all(ids == np.round(ids)))):

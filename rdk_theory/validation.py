@@ -447,21 +447,30 @@ def check_tau(tau, name: str = "tau") -> float:
     return t
 
 
-def check_float_ids(arr: np.ndarray, n_target: int, name: str) -> None:
-    """InputError when ids stored as floats of ``arr``'s dtype cannot all be exact below
-    ``n_target``: float16 holds every whole number only up to 2048 (float32 2^24), so an id
-    3001 written as float16 reads 3000, another token, and every acceptance read 0."""
-    if arr.dtype.kind != "f":
+def check_float_ids(dtype, n_target: int, name: str) -> None:
+    """InputError when ids stored as floats of ``dtype`` (numpy's or torch's: check a tensor
+    before :func:`host` makes it float64) cannot all be exact below ``n_target``: float16
+    holds every whole number only up to 2048 (bfloat16 256, float32 2^24), so an id 3001
+    written as float16 reads 3000, another token, and every acceptance read 0."""
+    if getattr(dtype, "is_floating_point", False):  # a torch dtype
+        import torch
+
+        eps = torch.finfo(dtype).eps
+    elif not hasattr(dtype, "is_floating_point") and np.dtype(dtype).kind == "f":
+        eps = float(np.finfo(dtype).eps)
+    else:
         return
-    exact = 2 ** (np.finfo(arr.dtype).nmant + 1)  # every whole number up to this is exact
+    exact = int(round(2 / eps))  # 2^(mantissa bits + 1): every whole number up to it is exact
     if n_target - 1 > exact:
-        raise InputError(f"{name} is stored as {arr.dtype}, which holds whole numbers exactly "
+        shown = str(dtype).replace("torch.", "")
+        raise InputError(f"{name} is stored as {shown}, which holds whole numbers exactly "
                          f"only up to {exact:,}, not every id of a {n_target:,}-token "
                          "vocabulary: store the ids as integers")
 
 
 def as_draft_to_target(x, n_target: int, name: str = "draft_to_target") -> np.ndarray:
     """Return the drafter->target id map as int64, or raise InputError."""
+    given = x.dtype if _is_torch(x) else None  # host() makes a float tensor float64
     try:
         arr = np.asarray(host(x))
     except (ValueError, TypeError):  # ragged
@@ -479,7 +488,7 @@ def as_draft_to_target(x, n_target: int, name: str = "draft_to_target") -> np.nd
     if n_target > MAX_COUNT:  # ids are int64: a larger N_T let an id of 2^63 pass and wrap
         raise InputError(f"target vocabulary size must be at most 2^63 - 1 (ids are int64), "
                          f"got {n_target}")
-    check_float_ids(arr, n_target, name)
+    check_float_ids(arr.dtype if given is None else given, n_target, name)
     # the range is checked on the values as given, before the cast to int64 (which would
     # wrap a uint64 or a float beyond 2^63 into another id, and report the wrong value)
     bad = (arr >= n_target) if arr.dtype.kind == "u" else (arr < -1) | (arr >= n_target)

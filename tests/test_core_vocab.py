@@ -494,3 +494,17 @@ def test_a_map_that_pairs_more_tokens_can_lower_tli(capsys):
     assert full.draft_to_target.tolist() == [0, 1] and part.draft_to_target.tolist() == [0, -1]
     tli = lambda vm: float(rt.acceptance_rate(p, rt.tli_proposal(q, vm))[0])  # noqa: E731
     assert (tli(full), tli(part)) == (0.5, 1.0)
+
+
+@pytest.mark.parametrize("dtype, n_target", [("float16", 4000), ("bfloat16", 4000), ("float32", 2**25)])
+def test_ids_in_a_float_tensor_are_checked_in_the_tensors_own_dtype(dtype, n_target):
+    """A float tensor became float64 on the host before the check, after its ids were
+    rounded (3001 read 3000 in float16, 3008 in bfloat16): the check reads the tensor's
+    dtype. float64 tensors, and narrow ones over a vocabulary they hold, are taken."""
+    torch = pytest.importorskip("torch")
+    ids = torch.tensor([3001.0, 5.0], dtype=getattr(torch, dtype))
+    for build in (lambda: rt.VocabMap(n_target, ids), lambda: rt.VocabMap.from_kept_ids(ids, n_target)):
+        with pytest.raises(rt.InputError, match=f"stored as {dtype}, which holds whole numbers"):
+            build()
+    assert rt.VocabMap(4000, torch.tensor([3001.0, 5.0], dtype=torch.float64)).draft_to_target.tolist() == [3001, 5]
+    assert rt.VocabMap(200, torch.tensor([101.0, 5.0], dtype=torch.bfloat16)).draft_to_target.tolist() == [101, 5]

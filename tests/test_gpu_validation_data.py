@@ -929,3 +929,16 @@ def test_the_confidence_interval_follows_the_runs_false_alarm_rate(monkeypatch):
     half = agreement.binomial_agreement(a, k, 250)["ci_half_width"]
     assert_close(half, sstats.norm.isf(4e-6 / 4) * np.sqrt(4 * 250 * 0.25) / 1000)
     assert half > wide
+
+
+def test_token_counts_refuses_ids_in_a_float_dtype_that_cannot_hold_them():
+    """Whole-valued floats are taken as ids, but float16 ones over a 4,000-id vocabulary had
+    been rounded (3001 counted at 3000); a float16 part among int ones too (the
+    concatenation made it float64 first)."""
+    from rdk_theory.validation import InputError
+
+    for ids in (np.array([3001, 3001], np.float16), [np.array([1, 2]), np.array([3001], np.float16)]):
+        with pytest.raises(InputError, match="token_ids is stored as float16, which holds whole"):
+            pruning.token_counts(ids, 4000)
+    assert pruning.token_counts(np.array([3001.0, 3001.0]), 4000)[3001] == 2
+    assert pruning.token_counts(np.array([7, 7], np.float16), 2000)[7] == 2
