@@ -55,9 +55,8 @@ def test_predicted_acceptance_matches_measured_for_every_sampler(report):
     rows = report["study"]["rows"]
     assert [r["kept"] for r in rows] == [16384, 4096]
     for r in rows:
-        for sampler, c in r["checks"].items():
+        for sampler, c in r["checks"].items():  # counted once, in the test above
             assert c["pass"], (r["kept"], sampler, c)
-            assert abs(c["measured_mean"] - c["predicted_mean"]) <= c["ci_half_width"]
 
 
 def test_real_pair_facts(report):
