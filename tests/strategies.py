@@ -44,6 +44,26 @@ def laws(n: int, **kw):
     return weights(n, **kw).map(Law.from_weights)
 
 
+#: Decimal exponents of :func:`magnitude_weights`: entries from 1e-300 (still a normal float64
+#: after normalisation) to 1.
+MIN_EXPONENT = -300
+
+
+def magnitude_weights(n: int, *, min_exponent: int = MIN_EXPONENT):
+    """``n`` exact weights ``w_i 10^k_i`` (``w_i`` in ``0..MAX_WEIGHT``, at least one positive;
+    ``k_i`` in ``[min_exponent, 0]``): entries of wildly different magnitudes, so that masses
+    such as ``q(I)`` or ``1 - alpha`` can be tiny yet positive (a division that treats a tiny
+    positive denominator as zero is then wrong)."""
+    entry = st.tuples(st.integers(0, MAX_WEIGHT), st.integers(min_exponent, 0))
+    return st.lists(entry, min_size=n, max_size=n).filter(lambda e: any(w for w, _ in e)).map(
+        lambda e: [Fraction(w) * Fraction(10) ** k for w, k in e])
+
+
+def magnitude_laws(n: int, **kw):
+    """A probability vector of length ``n`` from :func:`magnitude_weights` (exact zeros too)."""
+    return magnitude_weights(n, **kw).map(Law.from_weights)
+
+
 def sub_laws(n: int, **kw):
     """A sub-stochastic vector of length ``n`` (an extra hidden slot takes the missing mass)."""
     return weights(n + 1, min_positive=0, **kw).filter(lambda w: sum(w) > 0).map(
@@ -51,11 +71,14 @@ def sub_laws(n: int, **kw):
 
 
 @st.composite
-def law_pairs(draw, min_n: int = 1, max_n: int = 6, *, sub_stochastic_second: bool = False):
-    """``(p, r)`` over one vocabulary; ``r`` may be sub-stochastic."""
+def law_pairs(draw, min_n: int = 1, max_n: int = 6, *, sub_stochastic_second: bool = False,
+              law=None):
+    """``(p, r)`` over one vocabulary; ``r`` may be sub-stochastic (``law``: the strategy of
+    ``p`` and of a stochastic ``r``, :func:`laws` unless given, e.g. :func:`magnitude_laws`)."""
+    law = law or laws
     n = draw(st.integers(min_n, max_n))
-    p = draw(laws(n))
-    r = draw(sub_laws(n) if sub_stochastic_second else laws(n))
+    p = draw(law(n))
+    r = draw(sub_laws(n) if sub_stochastic_second else law(n))
     return p, r
 
 

@@ -15,7 +15,7 @@ from rdk_theory.acceptance import acceptance_rate, oov_cap, residual, step_outpu
 from rdk_theory.kernels import DenseKernel, IdentityKernel
 from rdk_theory.proposals import rdk_proposal, tli_proposal, vanilla_proposal
 from rdk_theory.vocab import VocabMap
-from tests.strategies import Law, kernels, law_pairs, laws, vocab_cases
+from tests.strategies import Law, kernels, law_pairs, laws, magnitude_laws, vocab_cases
 from tests.tolerances import FLOAT64_ATOL, assert_close, assert_leq
 
 W = Law.from_weights
@@ -42,6 +42,23 @@ def pin_pairs(test):
 def test_L_output_law_is_p_exactly(pr):
     p, r = pr
     assert list(step_output_law(p.exact, r.exact)) == list(p.exact)
+
+
+@given(pr=law_pairs(law=magnitude_laws))
+@example(pr=(W([10**20 - 1, 1]), W([1, 0])))  # 1 - alpha = 1e-20: the residual is all on token 1
+def test_L_output_law_is_p_exactly_at_any_magnitude(pr):
+    """Entries from 1e-300 to 1: ``1 - alpha`` (the residual's normaliser) tiny but positive
+    must still give a residual law and the output law ``p``; only an exact 0 is a zero. In
+    float64 the residual is ``max(0, p - r) / sum max(0, p - r)`` of the float rows whenever
+    that sum is positive, however small (relative round-off only)."""
+    p, r = pr
+    assert list(step_output_law(p.exact, r.exact)) == list(p.exact)
+    res = residual(p.exact, r.exact)
+    if acceptance_rate(p.exact, r.exact) < 1:
+        assert sum(res) == 1 and all(x >= 0 for x in res)
+    excess = np.maximum(p.f64 - r.f64, 0.0)
+    if excess.sum() > 0:
+        assert_close(residual(p.f64, r.f64), excess / excess.sum())
 
 
 @given(pr=law_pairs(sub_stochastic_second=True))
@@ -95,10 +112,10 @@ def test_A_alpha_in_unit_interval(pr):
 
 # ----------------------------------------------------------------------------------- O1/O2
 @st.composite
-def drafter_cases(draw, kind=None):
+def drafter_cases(draw, kind=None, law=laws):
     nt, m = draw(vocab_cases(kind=kind))
-    q = draw(laws(len(m)))
-    p = draw(laws(nt))
+    q = draw(law(len(m)))
+    p = draw(law(nt))
     return VocabMap(nt, m), p, q
 
 
@@ -112,8 +129,17 @@ HETERO = (VocabMap(3, np.array([0, -1, 2])), W([2, 1, 0]), W([1, 3, 1]))
 @example(case=SINGLETON_KEPT)
 @example(case=HETERO)
 def test_O1_tli_at_least_vanilla(case):
+    """O1 as MATH.md states it, termwise: vanilla's proposal is the drafter's mass where it
+    lands (``q`` on ``I``, unnormalised), TLI's is ``q' = q / q(I) >= q`` on ``I`` (both 0
+    off ``I``), so each acceptance term ``min(p, q')`` is at least ``min(p, q)``; the totals
+    follow. Both proposals against their definitions, written here."""
     vm, p, q = case
-    assert acceptance_rate(p.exact, tli_proposal(q.exact, vm)) >= acceptance_rate(p.exact, vanilla_proposal(q.exact, vm))
+    van, tli = vanilla_proposal(q.exact, vm), tli_proposal(q.exact, vm)
+    assert list(van) == _scatter_by_definition(q.exact, vm)
+    assert list(tli) == _tli_by_definition(q.exact, vm)
+    assert all(t >= v for t, v in zip(tli, van))
+    assert all(min(a, t) >= min(a, v) for a, t, v in zip(p.exact, tli, van))
+    assert acceptance_rate(p.exact, tli) >= acceptance_rate(p.exact, van)
 
 
 @given(case=drafter_cases())
@@ -121,8 +147,13 @@ def test_O1_tli_at_least_vanilla(case):
 @example(case=SINGLETON_KEPT)
 @example(case=HETERO)
 def test_O2_tli_capped_by_oov_mass(case):
+    """``alpha_TLI <= p(I)`` with ``p(I)`` summed here over the target ids the map reaches
+    (not read from ``oov_cap``, which must equal it, in both tiers)."""
     vm, p, q = case
-    assert acceptance_rate(p.exact, tli_proposal(q.exact, vm)) <= oov_cap(p.exact, vm)
+    p_i = _p_of_intersection(p.exact, vm)
+    assert oov_cap(p.exact, vm) == p_i
+    assert_close(oov_cap(p.f64, vm), float(p_i))
+    assert acceptance_rate(p.exact, tli_proposal(q.exact, vm)) <= p_i
 
 
 @given(case=drafter_cases(kind="pruned"))
@@ -158,15 +189,39 @@ def test_O3_identity_kernel_is_tli(case):
     assert list(rdk_proposal(q.exact, vm, DenseKernel(eye))) == tli
 
 
-def _tli_by_definition(q, vm):
-    """``q'(x) = sum_{d -> x} q(d) / q(I)`` over the drafter ids mapped into the target; all 0
-    when ``q(I) = 0`` (MATH.md section 3), one Fraction at a time."""
+@given(case=drafter_cases(law=magnitude_laws))
+@example(case=(VocabMap(2, np.array([0, -1])), W([1, 1]), W([1, 10**20 - 1])))  # q(I) = 1e-20
+def test_O3_tli_is_its_definition_at_any_magnitude(case):
+    """TLI divides by ``q(I)``: a tiny positive ``q(I)`` (1e-300 and up) still gives a law on
+    ``I``, exactly and in float64 (relative round-off); only ``q(I) = 0`` gives zeros."""
+    vm, _, q = case
+    tli = _tli_by_definition(q.exact, vm)
+    assert list(tli_proposal(q.exact, vm)) == tli
+    assert_close(tli_proposal(q.f64, vm), np.array(tli, dtype=np.float64))
+
+
+def _scatter_by_definition(q, vm):
+    """Vanilla's proposal ``r(x) = sum_{d -> x} q(d)`` over the drafter ids mapped into the
+    target (``-1``: not in the target, dropped), unnormalised, one Fraction at a time."""
     out = [Fraction(0)] * vm.n_target
     for d, x in enumerate(vm.draft_to_target):
         if x >= 0:
             out[int(x)] += q[d]
+    return out
+
+
+def _tli_by_definition(q, vm):
+    """``q'(x) = sum_{d -> x} q(d) / q(I)`` over the drafter ids mapped into the target; all 0
+    when ``q(I) = 0`` (MATH.md section 3), one Fraction at a time."""
+    out = _scatter_by_definition(q, vm)
     mass = sum(out, Fraction(0))
     return [v / mass for v in out] if mass else out
+
+
+def _p_of_intersection(p, vm):
+    """``p(I)``: the target's mass on the ids some drafter id maps to (each id once)."""
+    reached = {int(x) for x in vm.draft_to_target if x >= 0}
+    return sum((p[x] for x in reached), Fraction(0))
 
 
 @given(data=st.data())

@@ -56,7 +56,11 @@ def test_S_slrs_at_least_slem_with_psi_by_segmentations(tok, data):
     assert list(ps) == list(psi_by_segmentations(target_vocab, drafter, list(drafter_law)))
     assert all(0 <= x <= 1 for x in ps)
     p = data.draw(laws(len(target_vocab))).exact if data is not None else np.array([Fraction(1)], dtype=object)
-    assert slrs_acceptance(p, ps) >= slem_acceptance(p, ps)
+    slrs, slem = slrs_acceptance(p, ps), slem_acceptance(p, ps)
+    # each acceptance against its definition (MATH.md section 6, S), exactly
+    assert slrs == sum((min(a, b) for a, b in zip(p, ps)), Fraction(0))
+    assert slem == sum((a * b for a, b in zip(p, ps)), Fraction(0))
+    assert slrs >= slem
 
 
 def test_S_psi_known_values():

@@ -11,7 +11,7 @@ from proofs.first_order_gain import alpha_of_lambda, right_derivative
 from rdk_theory.acceptance import acceptance_rate, total_variation
 from rdk_theory.first_order import FirstOrderCovarianceKernel
 from rdk_theory.kernels import covariance_softmax_kernel
-from tests.strategies import Law, calibration_sets, kernels, laws
+from tests.strategies import Law, calibration_sets, kernels, laws, sub_laws
 from tests.tolerances import FINITE_DIFF_ATOL, FLOAT64_ATOL, FINITE_DIFF_STEP, TV_BOUND_SLACK, assert_close, assert_leq
 
 W = Law.from_weights
@@ -79,15 +79,78 @@ def test_O5_concave_in_kernel(data):
 
 
 # ------------------------------------------------------------------------------------ E
+#: Temperatures of the E tests. The small ones make the clip of MATH.md section 5 common: with
+#: calibration laws of weights 0..6 a first-order vector has an entry below -1e-6 in ~20% of
+#: draws at tau = 1e-3 and ~9% at 1e-2, against 0.65% of draws for {0.05, 0.2, 1, 5} alone.
+FIRST_ORDER_TAUS = [1e-3, 1e-2, 0.05, 0.2, 1.0, 5.0]
+
+
 @st.composite
-def first_order_cases(draw):
+def first_order_cases(draw, q_laws=laws):
+    """``(calibration (S, n), tau, p, q')``; ``q'`` a law, or sub-stochastic with ``sub_laws``."""
     n = draw(st.integers(2, 8))
     cal = draw(calibration_sets(n))
-    tau = draw(st.sampled_from([0.05, 0.2, 1.0, 5.0]))
-    return cal, tau, draw(laws(n)), draw(laws(n))
+    tau = draw(st.sampled_from(FIRST_ORDER_TAUS))
+    return cal, tau, draw(laws(n)), draw(q_laws(n))
+
+
+# Calibration rows (1, 0, 0), (0, 1, 0) at tau = 0.2 and q' = (1, 0, 0): the first-order vector
+# before the clip is (0.823, -0.059, 0.236), so the clip and the renormalisation both matter.
+CLIPPING = (np.array([[1.0, 0.0, 0.0], [0.0, 1.0, 0.0]]), 0.2, W([1, 1, 1]), W([1, 0, 0]))
+# Rows (0, 1, 0), (1/2, 0, 1/2) at tau = 0.05, q' = (2, 1, 3)/6 of full support: before the clip
+# (0.538, -0.125, 0.587).
+CLIPPING_FULL = (np.array([[0.0, 1.0, 0.0], [0.5, 0.0, 0.5]]), 0.05, W([1, 2, 3]), W([2, 1, 3]))
+
+
+def _assert_valid_proposal(r, qp):
+    """A first-order proposal is what the step samples, divides by and builds the residual from
+    (MATH.md section 5): every entry >= 0 (no tolerance: the clip sets exact zeros) and the
+    total mass of ``q'`` kept (the renormalisation after the clip)."""
+    r = np.asarray(r, dtype=np.float64)
+    assert r.shape == qp.shape and np.all(np.isfinite(r))
+    assert np.all(r >= 0), f"negative entries in the first-order proposal: {r}"
+    assert_close(r.sum(), np.sum(qp))
+
+
+def _first_order_by_definition(cal, tau, qp):
+    """MATH.md section 5 written out from an Omega formed here (population covariance, 1/S):
+    ``A = Omega / tau = diag(a) + B``, ``Z_i = exp(a_i) + N - 1 - a_i``,
+    ``q''(j) = q'(j) (exp(a_j) - 1) / Z_j + sum_i q'(i) / Z_i + (B^T (q' / Z))_j``; returns that
+    vector before the clip and after it (negatives to 0, then rescaled to ``sum q'``)."""
+    n = cal.shape[1]
+    a_mat = np.cov(cal, rowvar=False, bias=True) / tau
+    a = np.diag(a_mat).copy()
+    b = a_mat - np.diag(a)
+    z = np.exp(a) + n - 1 - a
+    v = qp / z
+    raw = qp * np.expm1(a) / z + v.sum() + b.T @ v
+    clipped = np.maximum(raw, 0.0)
+    if raw.min() < 0:
+        clipped *= qp.sum() / clipped.sum()
+    return raw, clipped
+
+
+@given(case=first_order_cases(q_laws=sub_laws))
+@example(case=CLIPPING)
+@example(case=CLIPPING_FULL)
+def test_E_first_order_proposal_is_the_section5_formula(case):
+    """The toolkit's first-order vector, before and after the clip, against the formula of
+    MATH.md section 5 computed independently (``np.cov``, dense ``B``, no factor), on every
+    engine, at float64 round-off; ``q'`` sub-stochastic too (the clip rescales to ``sum q'``)."""
+    cal, tau, _, qp = case
+    raw, clipped = _first_order_by_definition(cal, tau, qp.f64)
+    assert_close(np.sum(raw), np.sum(qp.f64))  # the formula itself keeps the mass before the clip
+    for engine in ("auto", "numpy"):
+        fo = FirstOrderCovarianceKernel(cal, tau, engine=engine)
+        assert_close(fo.transport_unclipped(qp.f64), raw)
+        out = fo.transport(qp.f64)
+        _assert_valid_proposal(out, qp.f64)
+        assert_close(out, clipped)
 
 
 @given(case=first_order_cases())
+@example(case=CLIPPING)
+@example(case=CLIPPING_FULL)
 def test_E_tv_bound_on_toolkit_kernels(case):
     """Theorem E's inequality through the toolkit's calculators, and its equality case.
 
@@ -99,6 +162,7 @@ def test_E_tv_bound_on_toolkit_kernels(case):
     cal, tau, p, qp = case
     r_ex = covariance_softmax_kernel(cal, tau).transport(qp.f64)
     r_fo = FirstOrderCovarianceKernel(cal, tau).transport(qp.f64)
+    _assert_valid_proposal(r_fo, qp.f64)
     tv = total_variation(r_ex, r_fo)
     gap = abs(acceptance_rate(p.f64, r_ex) - acceptance_rate(p.f64, r_fo))
     assert_leq(gap, tv, slack=TV_BOUND_SLACK)
