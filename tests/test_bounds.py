@@ -132,6 +132,23 @@ def test_bounds_json_never_reports_the_lp_optimum_below_the_rank_one_kernel(tmp_
     assert_close(out["best_static_kernel"]["mean_alpha"], 8 / 11)
 
 
+def test_bounds_json_ranks_every_static_kernel_below_its_bounds(tmp_path, capsys):
+    """The marginal kernel (this w at the calibration lam) reported 0.7000000000000001, above
+    both the best lam for the same w and the LP optimum (0.7), said to bound every static
+    kernel. Within round-off (LP_ROUNDOFF) both bounds are reported at least the static
+    kernels' values of the same report; the true value here is 7/10."""
+    from proofs.cli import LP_ROUNDOFF
+
+    path = tmp_path / "case.npz"
+    np.savez(path, target_probs=np.array([[0.8, 0.2], [0.2, 0.8]]), draft_probs=np.array([[1.0], [1.0]]),
+             draft_to_target=np.arange(1), calibration_probs=np.array([[0.6, 0.4]]))
+    assert main(["bounds", str(path), "--kernel", "marginal", "--json"]) == 0
+    out = json.loads(capsys.readouterr().out)
+    static = [out["alpha"]["tli"], out["alpha"]["rdk_exact"]]
+    assert max(static) <= out["best_mixing"]["mean_alpha"] <= out["best_static_kernel"]["mean_alpha"]
+    assert abs(out["best_static_kernel"]["mean_alpha"] - 0.7) <= LP_ROUNDOFF
+
+
 def test_bounds_cli_json(tmp_path, capsys):
     path = _write_case(tmp_path)
     assert main(["bounds", str(path), "--json"]) == 0
