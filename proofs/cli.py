@@ -169,9 +169,8 @@ def compute_bounds(case, *, kernel_name: str = "identity", tau=None, lam=None,
         # 0.7000000000000001), reported then as the larger
         ranked = [out["alpha"]["tli"]] + ([out["alpha"]["rdk_exact"]] if kernel_name == "marginal"
                                           else [])
-        if best_alpha < max(ranked) <= best_alpha + LP_ROUNDOFF:
-            best_alpha = max(ranked)
-        out["best_mixing"] = {"lam": best_lam, "mean_alpha": best_alpha, "w": src}
+        out["best_mixing"] = {"lam": best_lam, "mean_alpha": _at_least(best_alpha, ranked),
+                              "w": src}
     cost = case.n_contexts ** 2 * vm.n_target ** 3
     if lp == "never":
         skipped = "--lp never"
@@ -188,15 +187,20 @@ def compute_bounds(case, *, kernel_name: str = "identity", tau=None, lam=None,
         # solver's or the sums') could leave an ulp above it (0.7272727272727272 against
         # best_mixing's ...273, under "no static RDK kernel does better"). Within LP_ROUNDOFF
         # the optimum is reported as the largest of them; a larger gap is left visible.
-        lp_alpha = _probability(lp_alpha)
-        top = max(out["best_mixing"]["mean_alpha"], out["alpha"]["tli"], out["alpha"]["rdk_exact"])
-        if lp_alpha < top <= lp_alpha + LP_ROUNDOFF:
-            lp_alpha = top
+        static = [out["best_mixing"]["mean_alpha"], out["alpha"]["tli"], out["alpha"]["rdk_exact"]]
+        lp_alpha = _at_least(_probability(lp_alpha), static)
         out["best_static_kernel"] = {"mean_alpha": lp_alpha,
                                      "note": "LP optimum: no static RDK kernel does better on these contexts"}
     if skipped:
         out["best_static_kernel"] = {"skipped": skipped}
     return out
+
+
+def _at_least(bound: float, ranked) -> float:
+    """``bound``, or the largest of the ``ranked`` values it bounds when that exceeds it by
+    round-off only (at most LP_ROUNDOFF); a larger gap is left visible."""
+    top = max(ranked)
+    return top if bound < top <= bound + LP_ROUNDOFF else bound
 
 
 def _probability(alpha) -> float:

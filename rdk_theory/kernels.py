@@ -34,7 +34,7 @@ import numpy as np
 from . import _backend as B
 from ._progress import progress
 from .validation import (KERNEL_ATOL, InputError, as_calibration, as_count, as_prob_array,
-                         as_real_array, as_real_tensor, check_nonnegative,
+                         as_real_array, as_real_tensor, check_nonnegative, check_not_a_class,
                          check_row_stochastic, check_tau, is_rational_array, known_shape,
                          python_ints, real_number, rounding_atol)
 from .vocab import check_vocab_map
@@ -651,9 +651,7 @@ def as_kernel(kernel, *, name: str = "kernel"):
     """Wrap a dense array / scipy.sparse matrix / kernel object as a kernel, checking it."""
     if kernel is None:
         return IdentityKernel()
-    if isinstance(kernel, type):  # IdentityKernel for IdentityKernel(): transport unbound
-        raise InputError(f"{name} is the class {kernel.__name__}, not a kernel: make one "
-                         f"({kernel.__name__}(...))")
+    check_not_a_class(kernel, name)
     if hasattr(kernel, "transport"):
         return kernel
     try:

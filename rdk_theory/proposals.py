@@ -21,7 +21,8 @@ from __future__ import annotations
 
 from . import _backend as B
 from .acceptance import acceptance_rate
-from .validation import InputError, as_prob_array, check_broadcast, common_tier, same_backend
+from .validation import (InputError, as_prob_array, check_broadcast, check_not_a_class,
+                         common_tier, same_backend)
 from .vocab import check_vocab_map
 
 SAMPLERS = ("vanilla", "tli", "rdk_exact", "rdk_first_order")
@@ -104,9 +105,7 @@ def _check_kernel(kernel, vocab_map, name, *, optional: bool = False):
     check_vocab_map(vocab_map)  # before vocab_map.n_target below
     if kernel is None and optional:
         return
-    if isinstance(kernel, type):  # IdentityKernel for IdentityKernel(): transport unbound
-        raise InputError(f"{name} is the class {kernel.__name__}, not a kernel: make one "
-                         f"({kernel.__name__}(...))")
+    check_not_a_class(kernel, name)
     if not callable(getattr(kernel, "transport", None)):
         raise InputError(f"{name} must be a kernel, an object with transport(q') (see "
                          f"rdk_theory.kernels), got {type(kernel).__name__}: wrap a matrix "

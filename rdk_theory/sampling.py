@@ -65,8 +65,9 @@ class InverseCdf:
         u = np.asarray(u)
         # outside [0, 1) (NaN included) a negative u returned index 0 whatever its weight,
         # and 7 or NaN the last positive one: refused, as the docstring promises no zero weight
-        if u.size and not (u.min() >= 0 and u.max() < 1):
-            bad = u.ravel()[np.flatnonzero(~((u.ravel() >= 0) & (u.ravel() < 1)))[0]]
+        if u.size and not (u.min() >= 0 and u.max() < 1):  # two reads, no mask on the way
+            flat = u.ravel()
+            bad = flat[~((flat >= 0) & (flat < 1))][0]
             raise InputError(f"uniforms must be in [0, 1), got {float(bad)!r}")
         return np.minimum(np.searchsorted(self.cdf, u * self._top, side="right"), self.last)
 

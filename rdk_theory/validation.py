@@ -447,6 +447,15 @@ def check_tau(tau, name: str = "tau") -> float:
     return t
 
 
+def check_not_a_class(kernel, name: str) -> None:
+    """InputError when ``kernel`` is a kernel class, not one made from it: ``IdentityKernel``
+    for ``IdentityKernel()`` has an unbound ``transport``, which then failed with a raw
+    TypeError (and passed as a kernel where only the attribute was looked for)."""
+    if isinstance(kernel, type):
+        raise InputError(f"{name} is the class {kernel.__name__}, not a kernel: make one "
+                         f"({kernel.__name__}(...))")
+
+
 def check_float_ids(dtype, n_target: int, name: str) -> None:
     """InputError when ids stored as floats of ``dtype`` (numpy's or torch's: check a tensor
     before :func:`host` makes it float64) cannot all be exact below ``n_target``: float16
