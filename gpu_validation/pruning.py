@@ -15,17 +15,18 @@ from __future__ import annotations
 
 import numpy as np
 
-from rdk_theory.validation import InputError, check_float_ids
+from rdk_theory.validation import InputError, check_float_ids, host_ids
 from rdk_theory.vocab import VocabMap, keep_most_frequent
 
 
 def token_counts(token_ids, vocab_size: int) -> np.ndarray:
     """Unigram counts (vocab_size,) of a flat or nested sequence of token ids (integers, or
     floats with whole values; ``0.7`` was read as 0)."""
-    parts = ([np.asarray(t).ravel() for t in token_ids] if isinstance(token_ids, (list, tuple))
-             else [np.asarray(token_ids).ravel()])
-    for part in parts:  # before the concatenation, which would make a float16 part float64
-        check_float_ids(part.dtype, vocab_size, "token_ids")
+    parts = []
+    for given in (token_ids if isinstance(token_ids, (list, tuple)) else [token_ids]):
+        part, dtype = host_ids(given, "token_ids")  # a tensor (any device, bfloat16) too
+        check_float_ids(dtype, vocab_size, "token_ids")  # before the concatenation, which
+        parts.append(part.ravel())  # would make a float16 part float64
     ids = np.concatenate(parts) if parts else np.zeros(0, dtype=np.int64)  # [] was a ValueError
     if ids.size and not (ids.dtype.kind in "iu" or (ids.dtype.kind == "f" and np.all(
             np.isfinite(ids)) and np.all(ids == np.round(ids)))):

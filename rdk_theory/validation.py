@@ -477,11 +477,19 @@ def check_float_ids(dtype, n_target: int, name: str) -> None:
                          "vocabulary: store the ids as integers")
 
 
+def host_ids(x, name: str = "ids"):
+    """``(array, dtype)``: ids as a host numpy array, and the dtype they were given in, for
+    :func:`check_float_ids` (:func:`host` makes a float tensor float64, so a bfloat16 or
+    float16 tensor's own precision is noted first)."""
+    given = x.dtype if _is_torch(x) else None
+    arr = np.asarray(host(x, name))
+    return arr, (arr.dtype if given is None else given)
+
+
 def as_draft_to_target(x, n_target: int, name: str = "draft_to_target") -> np.ndarray:
     """Return the drafter->target id map as int64, or raise InputError."""
-    given = x.dtype if _is_torch(x) else None  # host() makes a float tensor float64
     try:
-        arr = np.asarray(host(x))
+        arr, given = host_ids(x, name)
     except (ValueError, TypeError):  # ragged
         raise InputError(f"{name} must be a non-empty 1-D integer array, got a ragged "
                          "sequence") from None
@@ -497,7 +505,7 @@ def as_draft_to_target(x, n_target: int, name: str = "draft_to_target") -> np.nd
     if n_target > MAX_COUNT:  # ids are int64: a larger N_T let an id of 2^63 pass and wrap
         raise InputError(f"target vocabulary size must be at most 2^63 - 1 (ids are int64), "
                          f"got {n_target}")
-    check_float_ids(arr.dtype if given is None else given, n_target, name)
+    check_float_ids(given, n_target, name)
     # the range is checked on the values as given, before the cast to int64 (which would
     # wrap a uint64 or a float beyond 2^63 into another id, and report the wrong value)
     bad = (arr >= n_target) if arr.dtype.kind == "u" else (arr < -1) | (arr >= n_target)

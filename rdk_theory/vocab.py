@@ -26,7 +26,7 @@ import numpy as np
 from . import _backend as B
 from .tokens import canonical_tokens, detect_space_marker, mark_special, match_ranks
 from .validation import (NEG_ATOL, InputError, as_count, as_draft_to_target, as_real_array,
-                         as_real_tensor, check_float_ids, host)
+                         as_real_tensor, check_float_ids, host, host_ids)
 
 @dataclass(frozen=True, eq=False)
 class VocabMap:
@@ -146,8 +146,7 @@ class VocabMap:
             raise InputError(f"kept_ids must be ordered (a list or array: drafter token j is "
                              f"kept_ids[j]), got a {type(kept_ids).__name__}")
         try:
-            given = kept_ids.dtype if B.is_torch(kept_ids) else None  # host() makes it float64
-            kept = np.asarray(host(kept_ids))
+            kept, given = host_ids(kept_ids, "kept_ids")
         except ValueError:  # ragged
             raise InputError("kept_ids must be a non-empty 1-D list of ids, got a ragged "
                              "nested list") from None
@@ -159,7 +158,7 @@ class VocabMap:
         if np.any(kept < 0):
             raise InputError(f"kept_ids must be target ids >= 0, got {int(kept.min())}")
         n_target = as_count(n_target, "n_target", 1)
-        check_float_ids(kept.dtype if given is None else given, n_target, "kept_ids")
+        check_float_ids(given, n_target, "kept_ids")
         if kept.max() >= n_target:  # named here: the map's own message would offer -1
             raise InputError(f"kept_ids holds id {int(kept.max())}, but the target has {n_target} "
                              f"ids (0..{n_target - 1})")

@@ -942,3 +942,19 @@ def test_token_counts_refuses_ids_in_a_float_dtype_that_cannot_hold_them():
             pruning.token_counts(ids, 4000)
     assert pruning.token_counts(np.array([3001.0, 3001.0]), 4000)[3001] == 2
     assert pruning.token_counts(np.array([7, 7], np.float16), 2000)[7] == 2
+
+
+def test_token_counts_reads_id_tensors_and_checks_them_in_their_own_dtype():
+    """A bfloat16 tensor of ids was numpy's raw TypeError (numpy has no bfloat16); it is now
+    read like any tensor and held to bfloat16's whole numbers (exact only up to 256), and a
+    list mixing tensors with lists is counted."""
+    torch = pytest.importorskip("torch")
+    from rdk_theory.validation import InputError
+
+    ids = torch.tensor([1.0, 2.0, 2.0], dtype=torch.bfloat16)
+    assert pruning.token_counts(ids, 10).tolist() == [0, 1, 2] + [0] * 7
+    with pytest.raises(InputError, match="token_ids is stored as bfloat16, which holds whole "
+                                         "numbers exactly only up to 256"):
+        pruning.token_counts(ids, 1000)
+    mixed = [torch.tensor([4, 4]), [5], np.array([4])]
+    assert pruning.token_counts(mixed, 6).tolist() == [0, 0, 0, 0, 3, 1]
