@@ -36,7 +36,7 @@ from ._progress import progress
 from .validation import (KERNEL_ATOL, InputError, as_calibration, as_count, as_prob_array,
                          as_real_array, as_real_tensor, check_nonnegative, check_not_a_class,
                          check_row_stochastic, check_tau, is_rational_array, known_shape,
-                         python_ints, real_number, rounding_atol)
+                         numpy_to_torch, python_ints, real_number, rounding_atol)
 from .vocab import check_vocab_map
 
 
@@ -60,7 +60,7 @@ class _DeviceCache:
             array = np.asarray(array() if callable(array) else array)
             if array.dtype == object:  # Fractions (an exact kernel) meet a float tensor
                 array = array.astype(np.float64)
-            copy = torch.as_tensor(array, dtype=like.dtype)  # on the host: the check syncs nothing
+            copy = numpy_to_torch(array, dtype=like.dtype)  # on the host: the check syncs nothing
             if (copy.is_floating_point() and bool(torch.isinf(copy).any())
                     and np.all(np.isfinite(array))):
                 top = torch.finfo(like.dtype).max

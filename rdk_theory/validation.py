@@ -219,9 +219,25 @@ def same_backend(a, b, names=("a", "b")):
     if _is_exact(other):
         raise InputError(f"{other_name} holds exact Fractions but the other input is a torch "
                          "tensor: pass both as Fraction arrays or both as float arrays")
-    other = torch.as_tensor(np.asarray(other, dtype=np.float64), device=tensor.device)
+    other = numpy_to_torch(np.asarray(other, dtype=np.float64), device=tensor.device)
     tensor = tensor.to(torch.float64)  # as numpy promotes float32 (or int) with float64
     return (tensor, other) if ta else (other, tensor)
+
+
+def numpy_to_torch(array: np.ndarray, dtype=None, device=None):
+    """``torch.as_tensor`` of a numpy array of any layout: one with a negative stride (``p[::-1]``,
+    ``np.flip``), which torch refuses with a ValueError, is copied first; a read-only one (a
+    ``np.broadcast_to`` view, a memmap opened ``r``) is shared without torch's warning that
+    writing to it is undefined, since this package never writes to its inputs."""
+    import warnings
+
+    import torch
+
+    if any(s < 0 for s in array.strides):
+        array = np.ascontiguousarray(array)
+    with warnings.catch_warnings():
+        warnings.filterwarnings("ignore", message="The given NumPy array is not writable")
+        return torch.as_tensor(array, dtype=dtype, device=device)
 
 
 #: The largest count or size accepted (:func:`as_count`, :func:`int_at_least`): int64's, the

@@ -322,3 +322,29 @@ def test_first_order_refuses_a_tau_whose_c_over_tau_the_tensors_dtype_cannot_hol
             call()
     got, alpha = fo.transport_with_acceptance(torch.tensor(q), torch.tensor(p))
     assert_close(got.numpy(), want) and assert_close(float(alpha), want_alpha)
+
+
+def test_a_numpy_array_of_any_layout_pairs_with_a_tensor():
+    """A numpy array with a negative stride (``p[::-1]``) paired with a tensor was torch's raw
+    ValueError in every function that moves it to the tensor's device, and a read-only one (a
+    ``np.broadcast_to`` view) raised torch's warning about writing to it; both now give the
+    numbers of a contiguous copy, with no warning."""
+    import warnings
+
+    p = np.array([0.2, 0.3, 0.5])[::-1]
+    r = torch.tensor([0.5, 0.2, 0.3], dtype=torch.float64)
+    vm = rt.VocabMap(3, np.array([0, 2]))
+    q = torch.tensor([0.25, 0.75], dtype=torch.float64)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        assert float(rt.acceptance_rate(p, r)) == pytest.approx(0.9)
+        assert float(rt.acceptance_rate(np.broadcast_to(p, (4, 3)), r)[3]) == pytest.approx(0.9)
+        got = rt.rdk_proposal_with_acceptance(p, q, vm, rt.IdentityKernel())
+        want = rt.rdk_proposal_with_acceptance(p.copy(), q, vm, rt.IdentityKernel())
+        for g, w in zip(got, want):
+            assert torch.equal(g, w)
+        counts, _ = rt.sample_counts(p, r, 50, torch.Generator().manual_seed(0))
+        assert int(counts.sum()) == 50
+        flipped = np.array([[1.0, 0.0, 0.0], [0.0, 1.0, 0.0], [0.0, 0.0, 1.0]])[::-1]
+        moved = rt.DenseKernel(flipped, copy=False).transport(r)
+        assert moved.tolist() == [0.3, 0.2, 0.5]
