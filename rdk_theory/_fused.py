@@ -92,6 +92,9 @@ MAX_SCALE_OVER_TAU = 2.0 ** 1000
 _compiled: dict = {}
 _F64 = np.dtype(np.float64)
 _LAUNCH = threading.Lock()
+#: Held while :func:`_kernel` builds (a thread that saw the first key written but not the
+#: others read a missing key: KeyError 'first_order_serial' on the first concurrent calls).
+_BUILD = threading.Lock()
 
 
 def block_rows(n_rows: int, factor_bytes: int, n: int = 0, threads: int = 1) -> int:
@@ -126,28 +129,36 @@ def _kernel(parallel: bool = True):
     thread count: :func:`first_order` sets numba's (thread-local) thread count around the call.
     """
     if "first_order" not in _compiled:
-        import numba
-
-        # Re-association lets LLVM vectorise the reductions; no 'nnan'/'ninf', so a NaN would
-        # still propagate (inputs are validated before they get here anyway).
-        opts = dict(cache=True, nogil=True, boundscheck=False,
-                    fastmath={"reassoc", "contract", "nsz", "arcp"})
-        jit = numba.njit(**opts)
-        # The driver calls the helpers and prange by their global names: bind the jitted ones.
-        g = globals()
-        for name in ("_group", "_weights", "_add4", "_dots", "_axpys", "_pass1", "_scale_rows",
-                     "_centre", "_pass2", "_clip_row", "_work_item"):
-            g[name] = jit(g[name + "_py"])
-        g["prange"] = numba.prange
-        _compiled["first_order"] = numba.njit(parallel=True, **opts)(_first_order_py)
-        # A renamed copy for the serial build: numba's on-disk cache is keyed by the function's
-        # name and bytecode, not by ``parallel``, so one name would let either build load the
-        # other's machine code from the cache.
-        serial = types.FunctionType(_first_order_py.__code__, g, "_first_order_serial_py")
-        serial.__qualname__ = serial.__name__
-        _compiled["first_order_serial"] = numba.njit(**opts)(serial)
-        _compiled["threads"] = (numba.get_num_threads, numba.set_num_threads)
+        with _BUILD:  # the build writes several keys: a second thread waits for all of them
+            if "first_order" not in _compiled:
+                _build()
     return _compiled["first_order" if parallel else "first_order_serial"]
+
+
+def _build():
+    """Jit the driver's two builds and their helpers (:func:`_kernel`, under ``_BUILD``)."""
+    import numba
+
+    # Re-association lets LLVM vectorise the reductions; no 'nnan'/'ninf', so a NaN would
+    # still propagate (inputs are validated before they get here anyway).
+    opts = dict(cache=True, nogil=True, boundscheck=False,
+                fastmath={"reassoc", "contract", "nsz", "arcp"})
+    jit = numba.njit(**opts)
+    # The driver calls the helpers and prange by their global names: bind the jitted ones.
+    g = globals()
+    for name in ("_group", "_weights", "_add4", "_dots", "_axpys", "_pass1", "_scale_rows",
+                 "_centre", "_pass2", "_clip_row", "_work_item"):
+        g[name] = jit(g[name + "_py"])
+    g["prange"] = numba.prange
+    parallel_build = numba.njit(parallel=True, **opts)(_first_order_py)
+    # A renamed copy for the serial build: numba's on-disk cache is keyed by the function's
+    # name and bytecode, not by ``parallel``, so one name would let either build load the
+    # other's machine code from the cache.
+    serial = types.FunctionType(_first_order_py.__code__, g, "_first_order_serial_py")
+    serial.__qualname__ = serial.__name__
+    _compiled["first_order_serial"] = numba.njit(**opts)(serial)
+    _compiled["threads"] = (numba.get_num_threads, numba.set_num_threads)
+    _compiled["first_order"] = parallel_build  # last: the key that says the build is done
 
 
 def _group_py(c, k, j0, m):

@@ -162,6 +162,49 @@ def test_one_thread_takes_the_serial_build_and_never_the_thread_pool(monkeypatch
         _fused.first_order(q, p, fused._fused_arrays, threads=2)
 
 
+def test_a_caller_during_the_first_build_waits_for_all_of_it(monkeypatch):
+    """The build writes three entries; a thread arriving while the serial build compiled saw
+    the parallel one written, skipped the build and read the serial entry that was not there
+    yet (KeyError 'first_order_serial', on about 1 process in 40 of eight first callers).
+    Here the serial compile is held until the second caller is done or 2 s have passed."""
+    import threading
+
+    import numba
+
+    monkeypatch.setattr(_fused, "_compiled", {"ok": True})  # as in a fresh process
+    in_gap, checked, seen = threading.Event(), threading.Event(), []
+    njit = numba.njit
+
+    def held_njit(*args, **kwargs):
+        decorate = njit(*args, **kwargs)
+
+        def wrapped(fn):
+            if fn.__name__ == "_first_order_serial_py":
+                in_gap.set()
+                checked.wait(2.0)
+            return decorate(fn)
+        return wrapped if not args else decorate
+
+    monkeypatch.setattr(numba, "njit", held_njit)
+    builder = threading.Thread(target=_fused._kernel)
+    builder.start()
+    assert in_gap.wait(60)
+
+    def second():
+        try:
+            seen.append(_fused._kernel(parallel=False))
+        except Exception as exc:  # noqa: BLE001 - asserted below
+            seen.append(exc)
+        checked.set()
+
+    caller = threading.Thread(target=second)
+    caller.start()
+    builder.join()
+    caller.join()
+    assert seen == [_fused._compiled["first_order_serial"]], seen
+    assert {"first_order", "first_order_serial", "threads"} <= set(_fused._compiled)
+
+
 def test_serial_and_parallel_builds_never_share_a_disk_cache_entry():
     """numba names its disk-cache files by the function's qualified name and keys entries by
     bytecode, not by ``parallel``: the two builds must come from differently named functions,
