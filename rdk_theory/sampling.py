@@ -13,7 +13,7 @@ import numpy as np
 
 from . import _backend as B
 from .validation import (NEG_ATOL, InputError, as_count, as_prob_array, as_real_array,
-                         check_dense_tensor, check_numpy_rng, host, same_backend)
+                         check_dense_tensor, check_numpy_rng, host, same_backend, type_name)
 
 
 class InverseCdf:
@@ -190,7 +190,7 @@ def _check_generator(generator, device) -> None:
         return
     if not isinstance(generator, torch.Generator):
         raise InputError(f"torch tensors need a torch.Generator (or None), got "
-                         f"{type(generator).__name__}")
+                         f"{type_name(generator)}")
     if generator.device.type != torch.device(device).type:
         raise InputError(f"the torch.Generator is on {generator.device} but the tensors are on "
                          f"{device}: use torch.Generator(device={str(device)!r})")

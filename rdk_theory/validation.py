@@ -275,7 +275,18 @@ def check_numpy_rng(rng, who: str = "numpy arrays need") -> None:
     """InputError unless ``rng`` is a ``numpy.random.Generator`` (``who`` opens the message)."""
     if not isinstance(rng, np.random.Generator):
         raise InputError(f"{who} a numpy.random.Generator (np.random.default_rng(seed)), "
-                         f"got {type(rng).__name__}")
+                         f"got {type_name(rng)}")
+
+
+def type_name(value) -> str:
+    """``value``'s type with its module where that is not builtins: numpy's and torch's
+    generators are both called ``Generator``, so the bare name read as the right one."""
+    kind = type(value)
+    module = kind.__module__
+    if module == "builtins":
+        return kind.__qualname__
+    public = "numpy.random" if module.startswith("numpy.random") else module.split(".")[0]
+    return f"{public}.{kind.__qualname__}"  # not torch._C or numpy.random._generator
 
 
 def int_at_least(lo: int):

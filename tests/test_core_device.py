@@ -176,8 +176,12 @@ def test_samplers_take_device_tensors(device_tensors):
 
 def test_generator_on_another_device_or_of_another_kind_is_refused():
     p = torch.full((4,), 0.25, dtype=torch.float64)
-    with pytest.raises(rt.InputError, match="need a torch.Generator"):
+    # numpy's and torch's generators are both named Generator: the message names which
+    with pytest.raises(rt.InputError, match=r"need a torch.Generator \(or None\), got "
+                                            r"numpy.random.Generator$"):
         rt.sample_steps(p, p, 10, np.random.default_rng(0))
+    with pytest.raises(rt.InputError, match=r"got torch.Generator$"):
+        rt.sample_steps(p.numpy(), p.numpy(), 10, torch.Generator())
     # tensors on CUDA with the default (CPU) generator: the check the step runs first
     with pytest.raises(rt.InputError, match=r"Generator is on cpu but the tensors are on cuda"):
         sampling._check_generator(torch.Generator(), torch.device("cuda"))
