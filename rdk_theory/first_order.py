@@ -42,7 +42,8 @@ import numpy as np
 from . import _backend as B
 from . import _blocked, _fused, _triton
 from .acceptance import acceptance_rate
-from .kernels import _centred_factor, _DeviceCache, check_width, real_input
+from .kernels import (_centred_factor, _DeviceCache, _DeviceCopies, check_width, real_input,
+                      widened)
 from ._fused import _F64
 from .validation import (InputError, as_calibration, as_count, as_real_array, as_real_tensor,
                          check_broadcast, check_tau, common_tier, same_backend)
@@ -69,7 +70,7 @@ def _target_fits(p, q) -> bool:
         return False
 
 
-class FirstOrderCovarianceKernel:
+class FirstOrderCovarianceKernel(_DeviceCopies):
     """First-order approximation of the covariance-softmax kernel at temperature ``tau``.
 
     Parameters:
@@ -312,8 +313,9 @@ class FirstOrderCovarianceKernel:
 
     def _input(self, q_prime):
         """``q_prime`` checked to hold the kernel's N target ids on its last axis; a tensor as
-        a floating one (integer tensors as float64), a numpy float ndarray as given (a compiled
-        engine forced by name refuses one that is not float64), anything else as float64
+        a floating one (integer tensors as float64), a numpy float ndarray as float64 (a float16,
+        float32 or big-endian one is copied; a longdouble one is read as given, and a compiled
+        engine forced by name refuses it), anything else as float64
         numpy (a list, integers, Fraction arrays, ndarray subclasses such as np.matrix or a
         masked array, read as their plain data: the kernel's numbers are floats, exp has no
         exact value; complex numbers and strings are InputErrors). A few attribute reads on
@@ -326,6 +328,8 @@ class FirstOrderCovarianceKernel:
                 # subclasses too (np.matrix, masked arrays): the numpy engine's reductions
                 # and broadcasting differ on them, where the compiled engines took them
                 q_prime = as_real_array(q_prime, "q_prime")
+            else:  # float16, float32 or big-endian: float64 (the numpy engine computed in it)
+                q_prime = widened(q_prime)
         return q_prime
 
     @property

@@ -87,15 +87,16 @@ def check_width(q_prime, n: int, name: str = "q'") -> None:
 def real_input(q_prime, name: str = "q'"):
     """``q_prime`` as the transports read it, refusing what is not real numbers: a torch
     tensor of real numbers (integer and bool tensors as float64; a complex one refused), a
-    numpy array of a real dtype as given (an ndarray subclass, np.matrix or a masked array, as
-    its plain data), an object array (or list) of real numbers as an
+    numpy array of a real dtype as given, except that float16, float32 and non-native byte
+    order are read as float64 (:func:`widened`; an ndarray subclass, np.matrix or a masked
+    array, as its plain data), an object array (or list) of real numbers as an
     object array (the exact tier when they are Fractions and ints: each kernel then reads it
     as before), anything else as :func:`rdk_theory.validation.as_real_array` reads it (a list
     of floats: float64; complex numbers, strings, other objects: InputError naming ``name``)."""
     if B.is_torch(q_prime):
         return as_real_tensor(q_prime, name)
     if type(q_prime) is np.ndarray and q_prime.dtype.kind in "biuf":
-        return q_prime  # not a subclass: np.matrix and masked arrays are read as plain arrays
+        return widened(q_prime)  # not a subclass: np.matrix, masked arrays read as plain
     try:
         arr = np.asarray(q_prime)
     except (TypeError, ValueError):
@@ -103,6 +104,16 @@ def real_input(q_prime, name: str = "q'"):
     if arr.dtype == object and all(isinstance(v, numbers.Real) for v in arr.flat):
         return arr
     return as_real_array(arr, name)
+
+
+def widened(arr: np.ndarray) -> np.ndarray:
+    """A numpy float array narrower than float64 (float16, float32) or of non-native byte
+    order as float64, anything else as it is: the host transports compute in float64 (a
+    float16 ``(1 - lam) q'`` flushed hundreds of small entries to 0; a big-endian float64
+    array was refused by a compiled engine as "not a float64 array")."""
+    if arr.dtype.kind == "f" and (arr.dtype.itemsize < 8 or not arr.dtype.isnative):
+        return arr.astype(np.float64)
+    return arr
 
 
 def settled(out):
@@ -156,6 +167,22 @@ def _rows_renormalised(m: np.ndarray, sums: np.ndarray, *, owned: bool) -> np.nd
     return m
 
 
+class _DeviceCopies:
+    """Kernels that keep torch copies of their arrays (``_torch``, one per device and dtype)
+    pickle and deep-copy without them, as :class:`~rdk_theory.vocab.VocabMap` does: they may
+    live on a device the reader lacks, and on the host a float64 copy shares the kernel's own
+    array, which the pickle then held twice."""
+
+    _new_torch = _DeviceCache
+
+    def __getstate__(self):
+        return {k: v for k, v in self.__dict__.items() if k != "_torch"}
+
+    def __setstate__(self, state):
+        self.__dict__.update(state)
+        self._torch = self._new_torch()
+
+
 class IdentityKernel:
     """``M = I``: exact RDK with this kernel equals TLI (statement O3)."""
 
@@ -171,7 +198,7 @@ class IdentityKernel:
         return np.ones(1)
 
 
-class DenseKernel:
+class DenseKernel(_DeviceCopies):
     """A user-given dense row-stochastic matrix (N_T, N_T); float64 or ``Fraction`` entries (an
     object array of Fractions and ints is the exact tier; one with a float in it is read as
     float64, as probability rows are).
@@ -213,6 +240,8 @@ class DenseKernel:
                                  if atol is None else atol)
             if not exact:
                 m = _rows_renormalised(m, sums, owned=not shared)
+        if not shared:  # the kernel's own copy: read-only, like a VocabMap's ids (an edit
+            m.setflags(write=False)  # reached numpy and float64 torch, not a float32 copy)
         self.matrix = m
         self.n = int(m.shape[0])
         self._torch = _DeviceCache()
@@ -230,12 +259,14 @@ class DenseKernel:
         return self.matrix.sum(axis=1)
 
 
-class SparseKernel:
+class SparseKernel(_DeviceCopies):
     """A ``scipy.sparse`` row-stochastic matrix (N_T, N_T), held as its own float64 CSR copy
     in canonical form (duplicate stored entries summed, explicit zeros dropped, before any
     check: a non-canonical CSR is the same matrix as the COO it came from); rows are checked
     and renormalised as :class:`DenseKernel`'s. Its transport takes float and torch input, not
     exact ``Fraction`` arrays (its entries are float64)."""
+
+    _new_torch = dict
 
     def __init__(self, matrix, *, check: bool = True, name: str = "kernel"):
         import scipy.sparse as sp
@@ -300,7 +331,7 @@ def _checked_lam(lam):
     return lam if isinstance(lam, numbers.Rational) else scalar
 
 
-class MarginalKernel:
+class MarginalKernel(_DeviceCopies):
     """Rank-one kernel ``M = (1 - lam) I + lam 1 w^T``; ``M^T q' = (1 - lam) q' + lam q'(T) w``.
 
     **[definition, after the authors' later engineering code]** With :meth:`from_calibration`,
@@ -324,6 +355,7 @@ class MarginalKernel:
         if self.w.dtype != object:
             self.w = self.w.astype(np.float64)  # an integer tensor (a point mass) included
             self.w /= self.w.sum()
+        self.w.setflags(write=False)  # checked once: read-only, like a VocabMap's ids
         self.lam = lam
         self.n = int(w.shape[0])
         self._torch = _DeviceCache()
@@ -431,7 +463,7 @@ def _centred_factor(cal: np.ndarray) -> np.ndarray:
     return centred_rows(cal) / np.sqrt(cal.shape[0])
 
 
-class CovarianceSoftmaxKernel:
+class CovarianceSoftmaxKernel(_DeviceCopies):
     """The exact covariance-softmax kernel of :func:`covariance_softmax_kernel`, applied without
     forming ``M``: O(N_T S) memory plus one block of rows, for vocabularies whose dense kernel
     does not fit.

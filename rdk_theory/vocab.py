@@ -89,6 +89,8 @@ class VocabMap:
         dst = self.draft_to_target[keep]
         identity = (keep.size == self.n_target == self.n_draft
                     and bool(np.all(dst == np.arange(self.n_target))))
+        keep.setflags(write=False)  # read-only like the ids: every proposal scatters by these
+        dst.setflags(write=False)
         return keep, dst, identity
 
     @cached_property
@@ -98,15 +100,17 @@ class VocabMap:
     def on_device(self, name: str, device):
         """The index array ``name`` (``"keep"`` or ``"dst"`` of :attr:`scatter_plan`, or
         ``"intersection"``) as an int64 torch tensor on ``device``, copied there once per
-        device: a decode loop on CUDA then makes no host-to-device copy per call."""
+        device: a decode loop on CUDA then makes no host-to-device copy per call. The tensor is
+        the map's own (a copy, on the host too): every later call on that device reads it, so
+        it must not be written."""
         key = (name, str(device))
         if key not in self._device_indices:
             import torch
 
             arrays = {"keep": self.scatter_plan[0], "dst": self.scatter_plan[1],
                       "intersection": self.intersection}
-            self._device_indices[key] = torch.as_tensor(arrays[name], dtype=torch.int64,
-                                                        device=device)
+            self._device_indices[key] = torch.tensor(arrays[name], dtype=torch.int64,
+                                                     device=device)
         return self._device_indices[key]
 
     def scatter_plan_for(self, values):
@@ -127,6 +131,8 @@ class VocabMap:
         can edit a map into sending two drafter tokens to one target id after its checks."""
         self.__dict__.update(state)
         self.draft_to_target.setflags(write=False)
+        for plan in state.get("scatter_plan", ())[:2]:  # pickled after its first use
+            plan.setflags(write=False)
 
     @property
     def is_pruned(self) -> bool:

@@ -207,6 +207,57 @@ def test_mixed_inputs_promote_to_float64_and_pickles_drop_device_copies():
     assert "_device_indices" not in back.__dict__ and back.draft_to_target.tolist() == [0, 2]
 
 
+def test_kernels_pickle_and_copy_without_their_device_copies():
+    """A kernel's torch copies (one per device and dtype) were pickled with it: a dense
+    kernel used on float64 and float32 tensors pickled at 2.5x its own size (the float64
+    host copy shares the kernel's array, and the pickle wrote it twice), and on CUDA the
+    pickle would hold CUDA tensors. Every kernel now leaves them behind, as a map does, and
+    its copy computes the same numbers."""
+    import copy
+    import pickle
+
+    rng = np.random.default_rng(3)
+    cal = rng.dirichlet(np.ones(200), size=6)
+    dense = rt.DenseKernel(rng.dirichlet(np.ones(200), size=200))
+    bare = len(pickle.dumps(dense))
+    kernels = [dense, rt.MarginalKernel(np.full(200, 1 / 200), 0.5),
+               rt.CovarianceSoftmaxKernel(cal, 0.1), rt.FirstOrderCovarianceKernel(cal, 0.1),
+               rt.sparse_topk_kernel(rt.covariance_affinity(cal), 4, 0.1, n=200)]
+    q = torch.tensor(rng.dirichlet(np.ones(200)))
+    for kernel in kernels:
+        want = kernel.transport(q)
+        kernel.transport(q.float())
+        for back in (pickle.loads(pickle.dumps(kernel)), copy.deepcopy(kernel)):
+            assert type(back._torch) is type(kernel._torch) and not getattr(
+                back._torch, "_cache", back._torch), type(kernel).__name__
+            assert torch.equal(back.transport(q), want), type(kernel).__name__
+    assert len(pickle.dumps(dense)) == bare
+
+
+def test_a_maps_scatter_plan_and_a_kernels_own_arrays_are_read_only():
+    """The ids are read-only so that no one can edit a map into sending two drafter tokens
+    to one target id, but the scatter plan every proposal reads was writable (an edit lost a
+    token's mass in numpy and not in torch, while the map still compared equal); so were a
+    marginal kernel's ``w`` and a dense kernel's own copy, where an edit reached numpy and
+    float64 torch but not a float32 tensor's copy."""
+    import pickle
+
+    vm = rt.VocabMap(4, np.array([0, 1, 2]))
+    for plan in (vm.scatter_plan, pickle.loads(pickle.dumps(vm)).scatter_plan):
+        for arr in plan[:2]:
+            with pytest.raises(ValueError, match="read-only"):
+                arr[0] = 3
+    t = vm.on_device("dst", "cpu")
+    assert not np.shares_memory(t.numpy(), vm.scatter_plan[1])
+    with pytest.raises(ValueError, match="read-only"):
+        rt.MarginalKernel(np.array([0, 0, 0.5, 0.5]), 0.5).w[0] = 1
+    with pytest.raises(ValueError, match="read-only"):
+        rt.DenseKernel(np.eye(3)).matrix[0, 0] = 0
+    mine = np.eye(3)
+    rt.DenseKernel(mine, copy=False)
+    assert mine.flags.writeable  # the caller's array is left as it was
+
+
 def test_pruned_draft_probs_refuses_a_too_narrow_vocabulary():
     vm = rt.VocabMap.from_kept_ids([0, 5], 6)
     for q in (np.full(4, 0.25), torch.full((4,), 0.25)):

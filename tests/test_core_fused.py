@@ -377,7 +377,35 @@ def test_bad_engine_and_bad_input_for_a_forced_compiled_engine(engine):
         rt.FirstOrderCovarianceKernel(cal, 0.05, engine="cuda")
     forced = rt.FirstOrderCovarianceKernel(cal, 0.05, engine=engine)
     with pytest.raises(rt.InputError, match=f"engine='{engine}' takes a numpy float64"):
-        forced.transport(q.astype(np.float32))
+        forced.transport(q.astype(np.longdouble))
+    # float32, float16 and big-endian float64 are read as float64 (a big-endian array was
+    # refused as "not a float64 array")
+    want = forced.transport(q)
+    for dtype in (">f8", np.float32, np.float16):
+        narrow = q.astype(dtype)
+        got = forced.transport(narrow)
+        assert got.dtype == np.float64
+        assert_close(got, forced.transport(narrow.astype(np.float64)))
+    assert np.array_equal(forced.transport(q.astype(">f8")), want)
+
+
+def test_host_transports_compute_narrow_floats_in_float64():
+    """numpy float16 ``q'`` given to a kernel's transport was computed in float16: the
+    marginal kernel's ``(1 - lam) q'`` lost the small entries (a result in float16, off the
+    float64 one by float16's rounding). Every host transport now reads float16 and float32
+    as float64, and gives the float64 input's numbers exactly."""
+    rng = np.random.default_rng(1)
+    n = 50_000
+    q16 = rng.dirichlet(np.ones(n)).astype(np.float16)
+    cal = rng.dirichlet(np.ones(n // 100), size=4)
+    kernels = [rt.MarginalKernel(np.full(n, 1 / n), 0.999), rt.DenseKernel(np.eye(n // 100)),
+               rt.sparse_topk_kernel(rt.covariance_affinity(cal), 3, 0.1, n=n // 100),
+               rt.FirstOrderCovarianceKernel(cal, 0.1, engine="numpy")]
+    for kernel in kernels:
+        x = q16 if kernel.n == n else (q16[: n // 100] / q16[: n // 100].sum()).astype(np.float16)
+        got = kernel.transport(x)
+        assert got.dtype == np.float64, type(kernel).__name__
+        assert np.array_equal(got, kernel.transport(x.astype(np.float64))), type(kernel).__name__
 
 
 def test_block_rows_grows_with_the_factor_and_never_exceeds_the_batch():
