@@ -507,9 +507,18 @@ def check_float_ids(dtype, n_target: int, name: str) -> None:
 def host_ids(x, name: str = "ids"):
     """``(array, dtype)``: ids as a host numpy array, and the dtype they were given in, for
     :func:`check_float_ids` (:func:`host` makes a float tensor float64, so a bfloat16 or
-    float16 tensor's own precision is noted first)."""
+    float16 tensor's own precision is noted first). An object array of Python ints is read
+    as int64 (one beyond int64 is an InputError naming it)."""
     given = x.dtype if _is_torch(x) else None
     arr = np.asarray(host(x, name))
+    if arr.dtype == object and arr.size and all(
+            isinstance(v, numbers.Integral) and not isinstance(v, (bool, np.bool_))
+            for v in arr.flat):  # Python ints in an object array (or a list with huge ones)
+        try:
+            arr = arr.astype(np.int64)
+        except OverflowError:
+            big = next(int(v) for v in arr.flat if not -2**63 <= int(v) < 2**63)
+            raise InputError(f"{name} holds {big}, beyond the int64 ids") from None
     return arr, (arr.dtype if given is None else given)
 
 
@@ -517,6 +526,8 @@ def as_draft_to_target(x, n_target: int, name: str = "draft_to_target") -> np.nd
     """Return the drafter->target id map as int64, or raise InputError."""
     try:
         arr, given = host_ids(x, name)
+    except InputError:
+        raise
     except (ValueError, TypeError):  # ragged
         raise InputError(f"{name} must be a non-empty 1-D integer array, got a ragged "
                          "sequence") from None
@@ -527,11 +538,9 @@ def as_draft_to_target(x, n_target: int, name: str = "draft_to_target") -> np.nd
             raise InputError(f"{name} must hold integers, got non-integer values")
     elif arr.dtype.kind not in "iu":
         raise InputError(f"{name} must hold integers, got dtype {arr.dtype}")
-    if isinstance(n_target, bool) or not isinstance(n_target, (int, np.integer)) or n_target < 1:
-        raise InputError(f"target vocabulary size must be an integer >= 1, got {n_target!r}")
-    if n_target > MAX_COUNT:  # ids are int64: a larger N_T let an id of 2^63 pass and wrap
-        raise InputError(f"target vocabulary size must be at most 2^63 - 1 (ids are int64), "
-                         f"got {n_target}")
+    # a whole-number float (1e5) as from_kept_ids and identity take it; at most 2^63 - 1,
+    # since ids are int64 (a larger N_T let an id of 2^63 pass and wrap)
+    n_target = as_count(n_target, "target vocabulary size", 1)
     check_float_ids(given, n_target, name)
     # the range is checked on the values as given, before the cast to int64 (which would
     # wrap a uint64 or a float beyond 2^63 into another id, and report the wrong value)

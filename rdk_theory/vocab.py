@@ -153,6 +153,8 @@ class VocabMap:
                              f"kept_ids[j]), got a {type(kept_ids).__name__}")
         try:
             kept, given = host_ids(kept_ids, "kept_ids")
+        except InputError:
+            raise
         except ValueError:  # ragged
             raise InputError("kept_ids must be a non-empty 1-D list of ids, got a ragged "
                              "nested list") from None

@@ -393,7 +393,7 @@ def test_added_text_tokens_are_read_as_text_not_through_the_byte_table():
 def test_a_target_size_beyond_int64_is_refused(n_target):
     """N_T = 2^64 let drafter id 2^63 pass the range check; the int64 cast then stored it as
     -2^63 (absent), so the map said 'not pruned' with an empty intersection."""
-    with pytest.raises(rt.InputError, match="at most 2\\^63 - 1"):
+    with pytest.raises(rt.InputError, match="must be an integer <= 2\\^63 - 1 \\(int64\\)"):
         rt.VocabMap(n_target, np.array([2**63], dtype=np.uint64))
     top = rt.VocabMap(2**63 - 1, np.array([2**63 - 2], dtype=np.uint64))
     assert top.draft_to_target.tolist() == [2**63 - 2] and top.intersection.tolist() == [2**63 - 2]
@@ -508,3 +508,24 @@ def test_ids_in_a_float_tensor_are_checked_in_the_tensors_own_dtype(dtype, n_tar
             build()
     assert rt.VocabMap(4000, torch.tensor([3001.0, 5.0], dtype=torch.float64)).draft_to_target.tolist() == [3001, 5]
     assert rt.VocabMap(200, torch.tensor([101.0, 5.0], dtype=torch.bfloat16)).draft_to_target.tolist() == [101, 5]
+
+
+def test_maps_take_object_arrays_of_ints_and_whole_float_sizes_alike():
+    """An object array of Python ints was refused by ``VocabMap`` and ``from_kept_ids`` ("must
+    hold integers, got dtype object") while ``keep_most_frequent`` took it, and ``VocabMap``
+    refused a target size of 3.0 that ``from_kept_ids`` and ``identity`` take. An id beyond
+    int64 is named rather than called ragged or "not integers"."""
+    ids = np.array([0, 2], dtype=object)
+    assert rt.VocabMap(3, ids) == rt.VocabMap(3, [0, 2]) == rt.VocabMap(3.0, [0, 2])
+    assert rt.VocabMap.from_kept_ids(ids, 3) == rt.VocabMap(3, [0, 2])
+    assert type(rt.VocabMap(3.0, [0, 2]).n_target) is int
+    for bad in (2.5, True, 0):
+        with pytest.raises(rt.InputError, match="target vocabulary size must be an integer >= 1"):
+            rt.VocabMap(bad, [0])
+    with pytest.raises(rt.InputError, match=r"draft_to_target holds 1180591620717411303424, "
+                                            r"beyond the int64 ids"):
+        rt.VocabMap(3, [0, 2**70])
+    with pytest.raises(rt.InputError, match=r"kept_ids holds 1180591620717411303424"):
+        rt.VocabMap.from_kept_ids([0, 2**70], 3)
+    with pytest.raises(rt.InputError, match="must hold integers, got dtype object"):
+        rt.VocabMap(3, np.array([True, 0], dtype=object))  # bools are not ids
