@@ -269,7 +269,7 @@ def mc_tokens_iid(alphas, n: int, rng) -> np.ndarray:
     ``alphas``: (gamma,) per-position acceptances (a scalar alpha needs ``[alpha] * gamma``).
     """
     a = _check_alpha(np.atleast_1d(alphas))
-    acc = rng.random((int(n), a.size)) < a
+    acc = rng.random((as_count(n, "n"), a.size)) < a  # n = 2.5 gave 2 rows
     return 1 + np.cumprod(acc, axis=1).sum(axis=1)
 
 
@@ -282,7 +282,7 @@ def simulate_blocks(target, proposal_fn, gamma: int, n: int, rng, prefix=()) -> 
     """
     gamma = _check_gamma(gamma)
     prefix = tuple(prefix)
-    active = {(): int(n)}  # block so far -> number of runs
+    active = {(): as_count(n, "n")}  # block so far -> number of runs (n = 2.5 gave 2 blocks)
     done: dict = {}
     for t in range(gamma + 1):
         nxt: dict = {}

@@ -48,6 +48,14 @@ def _figure(args, fn, *a):
             print(f"figure written to {args.figure}")
 
 
+def _mc_rng(seed: int):
+    """The Monte Carlo's generator for ``--seed``: its own stream, ``default_rng([seed, 1])``.
+    The toy models are drawn by ``default_rng(seed)`` (``toy_pair(name, seed)``): a Monte
+    Carlo seeded with the same integer began with the very 64-bit words that drew the model's
+    weights. The model for a given ``--seed`` is unchanged."""
+    return np.random.default_rng([seed, 1])
+
+
 # ----------------------------------------------------------------------------------- block
 def _kernels_for_pair(pair):
     from rdk_theory.case import default_tau
@@ -77,7 +85,7 @@ def cmd_block(args) -> int:
                          f"kept, about 33 bytes each), got {args.mc:,}")
     pairs = TOY_PAIRS if args.pair == "all" else (args.pair,)
     samplers = SAMPLERS if args.sampler == "all" else (args.sampler,)
-    rng = np.random.default_rng(args.seed)
+    rng = _mc_rng(args.seed)  # not the toy models' stream, default_rng(args.seed)
     results = []
     jobs = [(pn, s) for pn in pairs for s in samplers]
     for pn, s in progress(jobs, desc="block", total=len(jobs)):
@@ -261,7 +269,7 @@ def cmd_disco(args) -> int:
     repeated = next((t for i, t in enumerate(args.thresholds) if t in args.thresholds[:i]), None)
     if repeated is not None:
         raise InputError(f"--thresholds lists {repeated!r} twice")
-    rng = np.random.default_rng(args.seed)
+    rng = _mc_rng(args.seed)  # the traces and the Monte Carlo; not the toy model's stream
     trace = disco.regime_trace(rng, args.trace_length)
     n = trace.size
     static = [disco.trace_time_static(trace, g, args.c) / n for g in range(args.gamma_max + 1)]
@@ -582,7 +590,7 @@ def register(subparsers) -> None:
     c.add_argument("--thresholds", type=_unit_float, nargs="*", default=[0.1, 0.2, 0.3, 0.4, 0.5],
                    help="confidence thresholds in [0, 1] (default 0.1 .. 0.5)")
     c.add_argument("--seed", type=_count, default=0,
-                   help="seed of the traces and the Monte Carlo (default 0)")
+                   help="seed of the toy pair, the traces and the Monte Carlo (default 0)")
     common(c)
     c.set_defaults(func=cmd_disco)
 

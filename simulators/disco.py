@@ -57,8 +57,9 @@ def regime_trace(rng, n: int, *, easy: float = 0.9, hard: float = 0.3, switch: f
     The regime flips with probability ``switch`` per position; ``alpha_t`` is the regime's
     level plus uniform jitter, clipped to [0, 1].
     """
-    if n < 1 or not (0 <= switch <= 1):
-        raise InputError(f"need n >= 1 and switch in [0, 1], got {n}, {switch}")
+    n = as_count(n, "n", 1)  # 2.5 was numpy's raw TypeError
+    if not 0 <= switch <= 1:
+        raise InputError(f"need switch in [0, 1], got {switch}")
     flips = rng.random(n) < switch
     state = np.cumsum(flips) % 2
     level = np.where(state == 0, easy, hard)
@@ -67,6 +68,7 @@ def regime_trace(rng, n: int, *, easy: float = 0.9, hard: float = 0.3, switch: f
 
 def toy_trace(target, proposal_fn, n: int, rng, prefix=()) -> tuple[np.ndarray, np.ndarray]:
     """Sample ``n`` target tokens; return ``alpha_t = alpha(p_t, r_t)`` along them and the tokens."""
+    n = as_count(n, "n")  # 2.5 was numpy's raw TypeError
     ctx, alphas, toks = tuple(prefix), np.empty(n), np.empty(n, dtype=np.int64)
     for t in range(n):
         p = np.asarray(target.next_probs(ctx), dtype=np.float64)

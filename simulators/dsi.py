@@ -148,9 +148,10 @@ def dsi_monte_carlo(c: float, a: float, k: int, servers: int, n_cycles: int, rng
     server free times); the cycle ends when the first task covering position ``m`` finishes.
     """
     _check(c, a, k, servers)
-    times = np.empty(int(n_cycles))
-    tokens = np.empty(int(n_cycles), dtype=np.int64)
-    for i in range(int(n_cycles)):
+    n_cycles = as_count(n_cycles, "n_cycles")  # 2.5 ran 2 cycles; -1 was numpy's ValueError
+    times = np.empty(n_cycles)
+    tokens = np.empty(n_cycles, dtype=np.int64)
+    for i in range(n_cycles):
         m = 1
         while rng.random() < a:
             m += 1

@@ -313,3 +313,49 @@ def test_simulate_blocks_returns_one_block_per_iteration_with_its_bonus_token():
     blocks = simulate_blocks(MarkovLM(4, 0, {(): p}), lambda ctx: p.copy(), 2, 500,
                              np.random.default_rng(0))
     assert len(blocks) == 500 and all(len(b) == 3 for b in blocks)
+
+
+
+def _n_taker(name):
+    """``(call with n, what its message says)`` for one of the simulators' Monte Carlo sizes."""
+    from simulators.block import mc_tokens_iid, simulate_blocks
+    from simulators.disco import regime_trace, toy_trace
+    from simulators.dsi import dsi_monte_carlo
+    from simulators.toy_lm import MarkovLM
+
+    p = np.array([0.5, 0.5])
+    lm = MarkovLM(2, 0, {(): p})
+    rng = np.random.default_rng(0)
+    return {"dsi_monte_carlo": (lambda n: dsi_monte_carlo(0.1, 0.5, 2, 2, n, rng),
+                                "n_cycles must be an integer >= 0"),
+            "mc_tokens_iid": (lambda n: mc_tokens_iid([0.5], n, rng), "n must be an integer >= 0"),
+            "simulate_blocks": (lambda n: simulate_blocks(lm, lambda ctx: p, 1, n, rng),
+                                "n must be an integer >= 0"),
+            "regime_trace": (lambda n: regime_trace(rng, n), "n must be an integer >= 1"),
+            "toy_trace": (lambda n: toy_trace(lm, lambda ctx: p, n, rng),
+                          "n must be an integer >= 0")}[name]
+
+
+N_TAKERS = ("dsi_monte_carlo", "mc_tokens_iid", "simulate_blocks", "regime_trace", "toy_trace")
+
+
+@pytest.mark.parametrize("name", N_TAKERS)
+@pytest.mark.parametrize("bad", [2.5, -1, float("nan"), None, "3", True])
+def test_simulators_name_an_n_that_is_not_a_count(name, bad):
+    """dsi_monte_carlo(..., 2.5, rng) ran 2 cycles, mc_tokens_iid([.5], 2.5, rng) returned 2
+    rows and simulate_blocks(..., n=2.5, ...) 2 blocks, silently; -1 was numpy's raw
+    ValueError (regime_trace and toy_trace: 2.5 was numpy's TypeError). Each is an InputError
+    naming the parameter."""
+    call, match = _n_taker(name)
+    with pytest.raises(InputError, match=match):
+        call(bad)
+
+
+@pytest.mark.parametrize("name", N_TAKERS)
+def test_simulators_take_a_whole_n_of_any_integer_kind(name):
+    """A whole float (3.0) or a numpy integer is that many draws (regime_trace and toy_trace
+    refused 3.0 with numpy's TypeError)."""
+    call, _ = _n_taker(name)
+    for n in (3, 3.0, np.int64(3)):
+        out = call(n)
+        assert len(out[0] if isinstance(out, tuple) else out) == 3

@@ -539,3 +539,45 @@ def test_python_m_simulators_runs_what_rdk_theory_simulate_runs(capsys):
     assert proc.returncode == 2 and proc.stdout == ""
     assert proc.stderr.startswith("error: rdk-theory simulate: argument SIMULATOR: invalid choice: "
                                   "'bogus'") and proc.stderr.count("\n") == 1
+
+
+@pytest.mark.parametrize("command, first_use", [
+    (["block", "--pair", "pruned", "--sampler", "tli", "--gamma", "1", "--mc", "10"],
+     ("simulators.block", "simulate_blocks", 4)),
+    (["disco", "--tokens", "50", "--trace-length", "20", "--gamma-max", "1", "--thresholds"],
+     ("simulators.disco", "regime_trace", 0)),
+])
+@pytest.mark.parametrize("seed", [0, 7])
+def test_the_monte_carlo_does_not_reuse_the_toy_models_random_stream(capsys, monkeypatch, command,
+                                                                      first_use, seed):
+    """'block' and 'disco' seeded their Monte Carlo with default_rng(--seed), and the toy
+    models with toy_pair(name, --seed), which is default_rng(seed) too: the Monte Carlo's first
+    uniforms were the very words that drew the model's weights. The generator the first
+    random consumer gets is now its own stream (not at the model's state), and the model is
+    still toy_pair(name, --seed): the exact numbers for a seed do not change."""
+    import copy
+    import importlib
+
+    import numpy as np
+
+    from simulators import toy_lm
+
+    module, name, rng_at = first_use
+    mod = importlib.import_module(module)
+    real, real_pair, seen, seeds = getattr(mod, name), toy_lm.toy_pair, [], []
+
+    def spy(*a, **kw):
+        if not seen:  # the generator as the command hands it over, before any draw
+            seen.append(copy.deepcopy(a[rng_at]).random(8))
+        return real(*a, **kw)
+
+    def pair_spy(pair_name, pair_seed, **kw):
+        seeds.append(pair_seed)
+        return real_pair(pair_name, pair_seed, **kw)
+
+    monkeypatch.setattr(mod, name, spy)
+    monkeypatch.setattr(toy_lm, "toy_pair", pair_spy)
+    rc, _, _ = _run(capsys, *command, "--seed", str(seed), "--json")
+    assert rc == 0 and seen and seeds == [seed]
+    model_stream = np.random.default_rng(seed).random(8)  # what toy_pair(name, seed) draws from
+    assert not np.any(np.isin(seen[0], model_stream))
