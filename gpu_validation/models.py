@@ -34,6 +34,7 @@ from dataclasses import dataclass, field
 from importlib import metadata
 from pathlib import Path
 
+from rdk_theory._optional import missing_modules
 from rdk_theory.validation import InputError
 
 from .registry import REGISTRY, BuiltinModel, get_builtin
@@ -361,6 +362,44 @@ def check_spec(spec: str, *, fetch_missing: bool = False) -> None:
             raise ModelError(f"{spec}: no such file or folder")
 
 
+#: The extra of rdk-theory that provides each module the loaders import.
+BACKEND_EXTRAS = {"torch": "torch", "transformers": "models", "gguf": "models"}
+
+
+def _reads_gguf(spec: str) -> bool:
+    """Whether loading ``spec`` reads a GGUF file (transformers then needs gguf, and torch even
+    for the tokenizer alone): a built-in model without its bf16 copy, or a ``.gguf`` path."""
+    if spec.startswith("truncated:"):
+        try:
+            spec = parse_truncated(spec)[1]
+        except ModelError:  # check_spec names the malformed spec
+            return False
+    builtin = get_builtin(spec)
+    return not bf16_cached(builtin) if builtin is not None else spec.endswith(".gguf")
+
+
+def backend_failure(*specs: str, weights: bool = True) -> str | None:
+    """Why ``specs`` cannot be loaded here for want of an optional module, as one line naming
+    what to install; None when nothing is missing. Cheap: nothing is fetched or loaded.
+
+    The weights need torch and transformers (the ``torch`` and ``models`` extras); a tokenizer
+    alone (``weights=False``) needs transformers; reading a GGUF file also needs gguf and torch.
+    """
+    gguf = any(_reads_gguf(s) for s in specs)
+    needs = ["torch"] if weights or gguf else []
+    needs += ["transformers"] + (["gguf"] if gguf else [])
+    return missing_modules([(m, BACKEND_EXTRAS[m]) for m in needs])
+
+
+def require_backends(*specs: str, weights: bool = True) -> None:
+    """ModelError (one line, ``error: ...`` in the CLI) when :func:`backend_failure` names a
+    missing module: called before anything is fetched or loaded, where a missing torch or
+    transformers was a traceback halfway through."""
+    why = backend_failure(*specs, weights=weights)
+    if why is not None:
+        raise ModelError(f"cannot load the models: {why}")
+
+
 def parse_truncated(spec: str) -> tuple[int, str]:
     """``truncated:L:BASE`` as ``(L, BASE)``; ModelError unless L is an integer >= 1."""
     try:
@@ -400,6 +439,7 @@ def load(spec: str, *, device: str = "cpu", dtype: str = "auto", fetch_missing: 
     that cannot be reached raises transformers' error. Nothing falls back to another model.
     ``dtype``: see :func:`resolve_dtype`; ``info["dtype"]`` records the one used.
     """
+    require_backends(spec)
     import torch
 
     dtype = resolve_dtype(dtype, device)
@@ -446,6 +486,7 @@ def load_tokenizer(spec: str, *, fetch_missing: bool = False, log=print):
     Only the tokenizer is built (no weights are read): a built-in name uses its bf16 cache when
     present, else its verified GGUF (transformers reads the vocabulary from the GGUF metadata).
     """
+    require_backends(spec, weights=False)
     from transformers import AutoTokenizer
 
     if spec.startswith("truncated:"):  # the whole spec went to transformers as a hub id

@@ -1,9 +1,12 @@
 """The ``real`` source of ``rdk-theory report``: acceptance vs kept fraction on the Qwen pair.
 
 Returns None when the default pair is not fetched, so the core falls back to its synthetic
-source. Otherwise loads the pair from the cache, teacher-forces it on the shipped texts and
-computes the mean predicted acceptance per sampler for each kept fraction (the measurement
-side lives in ``rdk-theory validate``).
+source; raises the core's SourceUnavailable when it is fetched but torch or transformers (or
+gguf, without the bf16 copies) is missing, checked before anything loads: ``auto`` then falls
+back with a warning naming what to install, and ``real`` is that error. Otherwise loads the
+pair from the cache, teacher-forces it on the shipped texts and computes the mean predicted
+acceptance per sampler for each kept fraction (the measurement side lives in ``rdk-theory
+validate``).
 """
 from __future__ import annotations
 
@@ -22,6 +25,11 @@ def real_pair_report(args) -> dict | None:
 
     if not all(models.is_fetched(get_builtin(n)) for n in (DEFAULT_TARGET, DEFAULT_DRAFTER)):
         return None
+    from rdk_theory.report import SourceUnavailable
+
+    why = models.backend_failure(DEFAULT_TARGET, DEFAULT_DRAFTER)
+    if why is not None:  # was a traceback from the first model load
+        raise SourceUnavailable(f"the real model pair is fetched but cannot be loaded: {why}")
     from rdk_theory._progress import wanted
     from rdk_theory.report import capped_mean
 

@@ -71,8 +71,12 @@ def build_parser() -> argparse.ArgumentParser:
     for ep in sorted(entry_points(group="rdk_theory.commands"), key=lambda e: e.name):
         try:
             register = ep.load()
-        except ImportError as exc:  # a plugin whose optional dependencies are missing
-            print(_one_line(f"warning: command '{ep.name}' unavailable: {exc}"), file=sys.stderr)
+        except Exception as exc:  # noqa: BLE001 - one broken plugin must not stop the others
+            # an ImportError: its optional dependencies are missing; anything else (a stale
+            # entry point's AttributeError, an error raised by the plugin's own import) used
+            # to kill every command, the core's included: named with its type
+            why = exc if isinstance(exc, ImportError) else f"{type(exc).__name__}: {exc}"
+            print(_one_line(f"warning: command '{ep.name}' unavailable: {why}"), file=sys.stderr)
             continue
         register(sub)
     parser.set_defaults(command_names=tuple(sub.choices))  # named when no COMMAND is given

@@ -10,6 +10,11 @@ Data sources: the built-in synthetic Zipfian LM (:func:`rdk_theory.synthetic.zip
 source registered in the entry-point group ``rdk_theory.report_sources`` (the validation
 harness registers ``real``: the PyPI-shipped Qwen pair). ``--source auto`` uses ``real`` when it
 reports its models as fetched, synthetic otherwise.
+
+A source is called with the parsed arguments and returns the report dict, None when its data
+is not there (the models not fetched), or raises :class:`SourceUnavailable` when it cannot run
+here (an optional dependency missing): ``auto`` then falls back to the synthetic LM with one
+warning line giving the reason, and ``real`` is that reason as the error.
 """
 from __future__ import annotations
 
@@ -30,7 +35,7 @@ from .first_order import FirstOrderCovarianceKernel
 from .kernels import MarginalKernel, covariance_softmax_kernel
 from .proposals import build_proposals
 from .synthetic import zipfian_lm
-from .validation import InputError, int_at_least
+from .validation import InputError, int_at_least, type_name
 from .vocab import VocabMap, keep_most_frequent, pruned_draft_probs
 
 COLUMNS = ("vanilla", "tli", "rdk_exact", "rdk_first_order", "marginal")
@@ -42,6 +47,12 @@ TAU_MULTIPLIERS = (1e-4, 3e-4, 1e-3, 3e-3, 1e-2, 1e-1, 1.0)
 MIN_VOCAB = 24
 #: Synthetic vocabulary size when ``--vocab`` is not given.
 DEFAULT_VOCAB = 2048
+
+
+class SourceUnavailable(InputError):
+    """A report source that cannot run here, and why (one line): a missing optional
+    dependency, or a source that failed to import. ``--source auto`` warns and uses the
+    synthetic LM; ``--source real`` prints it as the error (exit status 2)."""
 
 
 def capped_mean(caps) -> float:
@@ -106,15 +117,22 @@ def synthetic_report(*, n: int, contexts: int, calibration: int, keep, seed: int
 
 
 def _real_source():
+    """The ``real`` source, or None when none is installed. One installed whose import fails
+    (any exception: a missing dependency, a stale entry point) is a source that raises
+    :class:`SourceUnavailable` naming the error, so that ``auto`` warns once with the real
+    cause and ``real`` makes it the error (it said 'gpu_validation missing', and ``auto`` that
+    the models were not fetched)."""
     for ep in entry_points(group="rdk_theory.report_sources"):
         if ep.name == "real":
             try:
                 return ep.load()
-            except ImportError as exc:  # the harness or its optional dependencies are missing
-                from .cli import _one_line  # the message may span lines: one warning line
+            except Exception as exc:
+                why = f"the 'real' report source could not be loaded: {type_name(exc)}: {exc}"
 
-                print(_one_line(f"warning: report source 'real' unavailable: {exc}"),
-                      file=sys.stderr)
+                def unavailable(args, why=why):
+                    raise SourceUnavailable(why)
+
+                return unavailable
     return None
 
 
@@ -214,16 +232,26 @@ def cmd_report(args) -> int:
 def _run_report(args, keep, n) -> int:
     report = None
     if args.source in ("auto", "real"):
+        from .cli import _one_line  # a reason may span lines: one warning line
+
         source = _real_source()
         if source is None and args.source == "real":
             raise InputError("no 'real' report source is installed (gpu_validation missing)")
-        report = source(args) if source is not None else None
-        if report is None and args.source == "real":
-            raise InputError("the real models are not fetched: run 'rdk-theory models fetch'")
-        if report is None:
-            print("warning: real models not fetched ('rdk-theory models fetch'): using the "
-                  "synthetic Zipfian LM", file=sys.stderr)
-        elif args.vocab is not None:
+        try:
+            report = source(args) if source is not None else None
+        except SourceUnavailable as exc:  # auto: its reason, then the synthetic LM
+            if args.source == "real":
+                raise
+            print(_one_line(f"warning: {exc}: using the synthetic Zipfian LM"), file=sys.stderr)
+        else:
+            if report is None and args.source == "real":
+                raise InputError("the real models are not fetched: run 'rdk-theory models "
+                                 "fetch'")
+            if report is None:
+                why = "real models not fetched ('rdk-theory models fetch')" if source else \
+                    "no 'real' report source is installed"
+                print(f"warning: {why}: using the synthetic Zipfian LM", file=sys.stderr)
+        if report is not None and args.vocab is not None:
             print(f"warning: --vocab {args.vocab} ignored: it sizes the synthetic LM, and the "
                   "real model pair has its own vocabulary (--source synthetic uses it)",
                   file=sys.stderr)
