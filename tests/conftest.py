@@ -35,15 +35,16 @@ def pytest_collection_modifyitems(config, items):
     marked = [item for item in items if item.get_closest_marker("gpu")]
     if not marked:
         return
+    reason = "needs a CUDA device"
     try:
         import torch
 
         has_cuda = torch.cuda.is_available()
     except ImportError:
-        has_cuda = False
+        has_cuda, reason = False, "needs a CUDA device and torch, which is not installed"
     if not has_cuda:
         for item in marked:
-            item.add_marker(pytest.mark.skip(reason="needs a CUDA device"))
+            item.add_marker(pytest.mark.skip(reason=reason))
 
 
 def pytest_sessionfinish(session, exitstatus):
@@ -69,3 +70,13 @@ def tiny(tmp_path_factory):
     from tests.tiny_models import build_tiny
 
     return build_tiny(tmp_path_factory.mktemp("tiny"))
+
+
+@pytest.fixture
+def stub_backends(monkeypatch):
+    """For tests whose model loaders are stubs: gpu_validation's up-front check for torch,
+    transformers and gguf (``models.backend_failure``) finds nothing missing, as where those
+    extras are installed, so that the stubs are reached without them too."""
+    from gpu_validation import models
+
+    monkeypatch.setattr(models, "backend_failure", lambda *specs, **kwargs: None)

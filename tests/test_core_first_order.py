@@ -225,7 +225,8 @@ def test_build_proposals_rdk_first_order_is_the_kernel_applied_to_tli():
 
 
 @pytest.mark.filterwarnings("ignore::PendingDeprecationWarning")  # np.matrix's own warning
-@pytest.mark.parametrize("engine", ["numpy", "fused", "blas"])
+@pytest.mark.parametrize("engine", ["numpy", pytest.param("fused", marks=_NEEDS_NUMBA),
+                                    pytest.param("blas", marks=_NEEDS_NUMBA)])
 def test_ndarray_subclasses_are_read_as_plain_arrays_by_every_engine(engine):
     """np.matrix and masked arrays passed through to the engines: the numpy engine (the
     reference) raised matrix.min()'s TypeError or a broadcasting ValueError where the
@@ -247,7 +248,7 @@ def test_ndarray_subclasses_are_read_as_plain_arrays_by_every_engine(engine):
 def test_a_float8_target_is_read_as_float32_by_transport_with_acceptance():
     """A float8 target reached torch.minimum as it was: 'Promotion for Float8 Types is not
     supported', where rdk_proposal_with_acceptance (which checks its target) answered."""
-    import torch
+    torch = pytest.importorskip("torch")
 
     cal = np.random.default_rng(0).dirichlet(np.ones(3), 5)
     p8 = torch.tensor([0.25, 0.5, 0.25]).to(torch.float8_e4m3fn)

@@ -4,7 +4,6 @@ from fractions import Fraction
 
 import numpy as np
 import pytest
-import torch
 
 import rdk_theory as rt
 from rdk_theory import string_level as sl
@@ -57,6 +56,7 @@ def test_verify_draft_validates_the_laws_and_the_generator():
 def test_verify_draft_validates_the_inputs_as_given_like_sample_steps():
     """It converted to float64 first: a bfloat16 softmax lost its dtype's tolerance (refused as
     summing to 1.00064), strings were parsed, a ragged list raised numpy's ValueError."""
+    torch = pytest.importorskip("torch")
     g = torch.Generator().manual_seed(0)
     p = torch.softmax(torch.randn(5000, generator=g) * 3, -1).to(torch.bfloat16)
     assert abs(float(p.double().sum()) - 1) > 1e-4  # beyond the float64 tolerance
@@ -81,6 +81,7 @@ def test_draw_refuses_weights_it_cannot_draw_from(weights, match):
 
 
 def test_draw_and_sample_steps_need_a_numpy_generator_for_numpy_input():
+    torch = pytest.importorskip("torch")
     p = np.array([0.5, 0.5])
     for rng in (None, torch.Generator(), np.random.RandomState(0)):
         with pytest.raises(rt.InputError, match="numpy.random.Generator"):
@@ -130,6 +131,7 @@ def test_counts_beyond_int64_are_input_errors_not_numpy_errors_or_endless_loops(
 def test_pruned_draft_probs_takes_probabilities_not_logits():
     """Negative (logits), NaN or infinite entries are refused, also outside the kept ids; a row
     missing 1 by float32 round-off over a large vocabulary (1e-4) is renormalised as it is."""
+    torch = pytest.importorskip("torch")
     vm = rt.VocabMap.from_kept_ids([0, 2], 4)
     for bad in ([2.0, -3.0, 1.0, 0.0], torch.tensor([2.0, -3.0, 1.0, 0.0]), [0.5, 0.6, -0.1, 0.0],
                 [0.5, np.nan, 0.5, 0.0], torch.tensor([0.5, float("inf"), 0.5, 0.0])):
@@ -151,6 +153,7 @@ def test_vocabulary_builders_refuse_non_integer_ids_and_sizes():
 
 
 def test_marginal_kernel_takes_an_integer_point_mass_and_refuses_a_non_number_lam():
+    torch = pytest.importorskip("torch")
     q = np.array([0.2, 0.5, 0.3])
     from_int = rt.MarginalKernel(torch.tensor([0, 1, 0]), 0.5).transport(q)
     assert from_int.tolist() == rt.MarginalKernel(np.array([0.0, 1.0, 0.0]), 0.5).transport(q).tolist()
@@ -192,6 +195,7 @@ def test_half_precision_softmax_rows_pass_within_their_rounding():
     """A bf16 / fp16 softmax row misses 1 by its rounding (up to a few 1e-4 over a 49,152-token
     vocabulary, above the float tolerance 1e-4): accepted within the dtype's eps, and a row
     that misses by more is still refused."""
+    torch = pytest.importorskip("torch")
     logits = torch.randn(8, 49_152, generator=torch.Generator().manual_seed(0)) * 3
     for dtype in (torch.bfloat16, torch.float16):
         rows = torch.softmax(logits, -1).to(dtype)
@@ -209,6 +213,7 @@ def test_rejected_steps_draw_from_the_residual_even_when_it_is_tiny():
     token 2 alone, so every rejected step must emit token 2 (a certainty, not a statistic).
     n = 400,000 steps give about 200 rejections; a step that fell back to p for a small
     residual would emit tokens 0 and 1 on most of them. numpy and torch."""
+    torch = pytest.importorskip("torch")
     p = np.array([0.5, 0.3, 0.2])
     r = np.array([0.5005, 0.3, 0.1995])
     for pp, rr, rng in ((p, r, np.random.default_rng(5)),
@@ -223,6 +228,7 @@ def test_a_proposal_summing_just_above_one_is_rescaled_before_the_ratio():
     """r = p (1 + 5e-5) passes validation (tolerance 1e-4) and is rescaled to p itself: then
     every draft is accepted (p / r = 1). Used unrescaled, the ratio p / r = 1 / (1 + 5e-5)
     would reject about 10 of these n = 200,000 steps. numpy and torch."""
+    torch = pytest.importorskip("torch")
     p = np.array([0.5, 0.25, 0.125, 0.125])
     r = p * (1 + 5e-5)
     for pp, rr, rng in ((p, r, np.random.default_rng(6)),
@@ -234,6 +240,7 @@ def test_a_proposal_summing_just_above_one_is_rescaled_before_the_ratio():
 def test_round_off_negatives_are_zero_and_counts_take_exact_and_0d_numbers():
     """Entries in [-1e-12, 0) are round-off everywhere (as in acceptance_rate); k and n accept a
     whole Fraction and 0-d arrays/tensors; multidraft refuses k = 2.5 instead of using 2."""
+    torch = pytest.importorskip("torch")
     assert rt.draw([0.5, 0.5, -1e-17], np.random.default_rng(0)) in (0, 1)
     with pytest.raises(rt.InputError, match="non-negative"):
         rt.InverseCdf([0.5, -0.1, 0.6])
@@ -299,19 +306,23 @@ def test_exact_covariance_kernel_takes_fraction_calibration_rows_as_the_others_d
     ([-1, 0], "tokens holds -1, outside"),  # numpy's ValueError
     ([[0, 1]], "1-D list of integer target ids"),
     ([0.0, 1.0], "1-D list of integer target ids"),
-    (torch.tensor([0, 3]), "tokens holds 3"),
-    (torch.tensor([0.0]), "1-D list of integer target ids"),
+    (("tensor", [0, 3]), "tokens holds 3"),  # a torch tensor, built when the case runs
+    (("tensor", [0.0]), "1-D list of integer target ids"),
 ])
 def test_emitted_counts_refuses_ids_outside_the_target(tokens, match):
+    if isinstance(tokens, tuple):  # the tensor cases alone need torch
+        torch = pytest.importorskip("torch")
+        tokens = torch.tensor(tokens[1])
+        assert rt.emitted_counts(torch.tensor([2, 2, 0]), 3).tolist() == [1, 0, 2]
     with pytest.raises(rt.InputError, match=match):
         rt.emitted_counts(tokens, 3)
     assert rt.emitted_counts([], 3).tolist() == [0, 0, 0]
-    assert rt.emitted_counts(torch.tensor([2, 2, 0]), 3).tolist() == [1, 0, 2]
 
 
 @pytest.mark.parametrize("dtype", ["uint8", "uint16", "uint32", "uint64", "int32"])
 def test_emitted_counts_takes_unsigned_tensors(dtype):
     # torch has no min/max/bincount for uint16/32/64: this was torch's NotImplementedError
+    torch = pytest.importorskip("torch")
     dtype = getattr(torch, dtype)
     assert rt.emitted_counts(torch.tensor([2, 2, 0], dtype=dtype), 3).tolist() == [1, 0, 2]
     with pytest.raises(rt.InputError, match="tokens holds 3, outside"):
@@ -322,6 +333,7 @@ def test_emitted_counts_takes_unsigned_tensors(dtype):
 
 
 def test_verify_draft_says_its_generator_is_numpy_even_for_tensors():
+    torch = pytest.importorskip("torch")
     p = torch.tensor([0.5, 0.5], dtype=torch.float64)
     with pytest.raises(rt.InputError, match="verify_draft draws on the host .* numpy.random.Generator"):
         rt.verify_draft(p, p, 0, torch.Generator())
@@ -331,6 +343,7 @@ def test_verify_draft_says_its_generator_is_numpy_even_for_tensors():
 def test_sampling_a_tensor_that_requires_grad_draws_no_autograd_warning():
     import warnings
 
+    torch = pytest.importorskip("torch")
     p = torch.tensor([0.5, 0.5], dtype=torch.float64, requires_grad=True)
     r = torch.tensor([0.3, 0.7], dtype=torch.float64, requires_grad=True)
     with warnings.catch_warnings():
@@ -352,6 +365,7 @@ def test_every_kernel_refuses_rows_of_the_wrong_width(name):
     """A (6, 4) q' against a kernel over 8 ids: the covariance and sparse kernels reshaped it
     into three rows of 8 and returned a (6, 4) array of meaningless numbers; the dense and
     first-order kernels raised numpy's ValueError."""
+    torch = pytest.importorskip("torch")
     kernel = _kernels_over_8()[name]
     q = np.random.default_rng(1).dirichlet(np.ones(4), size=6)
     for bad, got in ((q, "got 4 on its last axis"), (torch.tensor(q), "got 4 on its last axis"),
@@ -390,6 +404,7 @@ def test_fractions_mixed_with_floats_give_float64_not_an_object_array_of_floats(
 def test_exact_kernels_transport_tensors_and_build_from_fraction_rows():
     """Fraction kernels met a tensor with torch's TypeError (an object array, a Fraction lam);
     the truncated first-order kernel of Fraction rows hit numpy's SVD with object dtype."""
+    torch = pytest.importorskip("torch")
     F = Fraction
     half = torch.tensor([0.5, 0.5], dtype=torch.float64)
     dense = rt.DenseKernel(np.array([[F(1), F(0)], [F(1, 2), F(1, 2)]], dtype=object))
@@ -434,6 +449,7 @@ def test_object_arrays_are_exact_when_every_entry_is_and_floats_otherwise():
 def test_integer_and_bool_tensors_are_read_as_float64_like_numpy_arrays():
     """A point mass given as an int or bool tensor gives float64 results, as the same numpy
     array does (an int64 acceptance tensor, a bool proposal, before)."""
+    torch = pytest.importorskip("torch")
     vm = rt.VocabMap(3, [0, 2])
     got = rt.acceptance_rate(torch.tensor([1, 0]), torch.tensor([1, 0]))
     assert got.dtype == torch.float64 and float(got) == 1.0
@@ -508,6 +524,7 @@ def test_emitted_counts_casts_unsigned_numpy_ids(monkeypatch):
 @pytest.mark.parametrize("layout", ["sparse", "meta"])
 def test_emitted_counts_and_counts_refuse_sparse_and_meta_tensors(layout):
     """These were raw torch errors (no min on a sparse tensor, no .item() on a meta one)."""
+    torch = pytest.importorskip("torch")
     convert = (lambda t: t.to_sparse()) if layout == "sparse" else (lambda t: t.to("meta"))
     want = "must be a dense tensor" if layout == "sparse" else "meta device"
     with pytest.raises(rt.InputError, match=f"tokens .*{want}"):
@@ -521,6 +538,8 @@ def test_emitted_counts_and_counts_refuse_sparse_and_meta_tensors(layout):
 def test_sample_steps_refuses_n_it_cannot_hold_and_names_sample_counts(backend):
     """n = 2^62 passed as_count and was numpy's 'array is too big' ValueError or torch's
     'Storage size calculation overflowed' RuntimeError."""
+    if backend == "torch":
+        torch = pytest.importorskip("torch")
     p = [1.0] if backend == "numpy" else torch.tensor([1.0], dtype=torch.float64)
     rng = np.random.default_rng(0) if backend == "numpy" else None
     with pytest.raises(rt.InputError, match="use sample_counts"):
@@ -572,6 +591,7 @@ def test_marginal_kernel_of_fraction_calibration_rows_is_exact():
     """from_calibration built w as float64 and lam as a float from Fraction rows, so exact RDK
     with the marginal kernel silently became float64. Now w, lam and dense() are exact (int
     rows too, whose numpy mean was a float); a float q', target or lam gives float64."""
+    torch = pytest.importorskip("torch")
     F = Fraction
     cal = np.array([[F(1, 2), F(1, 4), F(1, 4)], [F(1, 4), F(1, 4), F(1, 2)]], dtype=object)
     vm = rt.VocabMap(3, np.array([0, 1]))
@@ -647,6 +667,7 @@ def test_float8_laws_are_refused_and_float8_transport_inputs_read_as_float32(dty
     law, so as a law it is an InputError saying how to upcast it; a kernel's transport (a
     linear map, no law check) reads a float8 q' as float32; and the float formats torch
     cannot read as numbers are InputErrors naming the dtype."""
+    torch = pytest.importorskip("torch")
     dtype = getattr(torch, dtype)
     p, q = torch.tensor([0.25, 0.75]).to(dtype), torch.tensor([0.5, 0.5]).to(dtype)
     for call in (lambda: rt.acceptance_rate(p, q), lambda: rt.residual(p, q),
@@ -693,6 +714,7 @@ def test_a_temperature_or_weight_given_as_a_tensor_that_requires_grad_is_its_val
     """torch.nn.Parameter(1e-3) as tau (lam) raised torch's "Can't call numpy() on Tensor
     that requires grad" in every kernel that takes one, where the same tensor detached was
     taken: it is read as its value, and the kernel is the float's."""
+    torch = pytest.importorskip("torch")
     cal = _toy_calibration()
     q = np.random.default_rng(1).dirichlet(np.ones(8))
     tau = torch.nn.Parameter(torch.tensor(1e-2, dtype=torch.float64))

@@ -718,7 +718,7 @@ def test_replaced_output_files_get_the_mode_open_would_give(tmp_path):
 def test_report_figure_draws_the_kept_fractions_in_order(tmp_path, monkeypatch):
     """--keep in any order: every line of the figure runs left to right (an unsorted --keep
     drew loops on the log axis); the table keeps the order given."""
-    import matplotlib.pyplot as plt
+    plt = pytest.importorskip("matplotlib.pyplot")
 
     from rdk_theory.report import plot_report, synthetic_report
 

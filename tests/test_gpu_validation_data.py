@@ -98,6 +98,7 @@ def test_calibration_factor_reproduces_the_covariance():
 
 
 def test_sparse_kept_rows_kernel_is_exact_for_its_definition():
+    pytest.importorskip("torch")  # samplers.KeptRowsTopK is built on torch
     rng = np.random.default_rng(5)
     cal = _laws(rng, 30, 60).astype(np.float64)
     cal /= cal.sum(1, keepdims=True)
@@ -220,6 +221,7 @@ def test_study_splits_the_run_wide_false_alarm_over_its_checks_and_the_others():
     checks (``other_tests``): every test runs at FALSE_ALARM / (study tests + other tests).
     It also records first-order RDK's tau -> 0 limit (TLI's calibration acceptance) and
     whether the best tau sat at the grid's edge."""
+    pytest.importorskip("torch")  # samplers.KeptRowsTopK is built on torch
     rng, case = _study_case()
     out = study.acceptance_study(**case, kept_sizes=(30, 10), n_steps=50, rng=rng, other_tests=4)
     assert out["n_tests"] == 2 * 2 * len(samplers.SAMPLERS) + 4
@@ -236,6 +238,7 @@ def test_study_splits_the_run_wide_false_alarm_over_its_checks_and_the_others():
 def test_at_grid_edge_flags_the_largest_tau_too():
     """A near-uniform target and a peaked drafter: smoothing wins, so the best tau is the
     grid's largest for both covariance samplers; at_grid_edge looked at the smallest only."""
+    pytest.importorskip("torch")  # samplers.KeptRowsTopK is built on torch
     rng, case = _study_case(seed=0, n=40, c=12, target_conc=200.0, drafter_conc=0.05)
     out = study.acceptance_study(**case, kept_sizes=(20,), n_steps=0, rng=rng)
     t = out["taus"][20]
@@ -246,7 +249,7 @@ def test_at_grid_edge_flags_the_largest_tau_too():
 def test_laws64_never_writes_into_the_callers_memory():
     """A float64 CPU tensor or memmap shares its memory with np.asarray: the in-place divide
     wrote the normalised rows into it (a read-only memmap raised)."""
-    import torch
+    torch = pytest.importorskip("torch")
 
     t = torch.tensor([[1.0, 3.0]], dtype=torch.float64)
     assert np.array_equal(collect.laws64(t), [[0.25, 0.75]]) and t.tolist() == [[1.0, 3.0]]
@@ -274,6 +277,7 @@ def test_study_and_hetero_caps_read_float32_rows_as_laws_summing_to_one():
     """Float32 rows that sum to 1 + 3e-7 (float32 round-off on a real vocabulary) are laws:
     the study and the heterogeneous-tokenizer caps divide them by their float64 sums first.
     Before, a drafter keeping every id had p(I) = 1 + 3e-7 (1.0000000486 on the real pair)."""
+    pytest.importorskip("torch")  # samplers.KeptRowsTopK is built on torch
     from gpu_validation import hetero
 
     rng = np.random.default_rng(5)
@@ -559,6 +563,7 @@ def test_kept_rows_topk_keeps_the_diagonal_even_when_a_covariance_exceeds_it():
     """Each kept row's top-k always holds its diagonal (so that M = I stays reachable), even
     where an off-diagonal covariance is larger: random data always had the diagonal among
     the top 4, so dropping that rule went unseen."""
+    pytest.importorskip("torch")  # samplers.KeptRowsTopK is built on torch
     # Omega = c^T c: row 0 is (1, 10, -11); Omega_01 = 10 > Omega_00 = 1, so a plain top-1
     # would keep column 1; the diagonal must be kept (k = 1: only it)
     c = np.array([[1.0, 10.0, -11.0]])
@@ -619,6 +624,7 @@ def test_kept_sizes_round_to_the_nearest_integer():
 def test_study_rows_report_the_kept_sets_own_masses():
     """kept_mass_calibration and the OOV cap are those of the kept set, the K most frequent
     ids (here not ids 0..K-1: summing mu[:K] went unseen)."""
+    pytest.importorskip("torch")  # samplers.KeptRowsTopK is built on torch
     rng, case = _study_case(seed=8, n=40, c=8, s=8, rank=3)
     counts = np.arange(40)[::-1].copy()
     counts[[0, 1]] = 0  # the kept set {2..11} is not the first 10 ids
@@ -641,6 +647,7 @@ def test_study_checks_pass_and_measure_each_samplers_own_proposal(monkeypatch):
     bound at its level), and the pass is asserted once, counted, through the union-bound
     p-value (tests/stats.py). The marginal kernel's alpha is more than 0.05 from TLI's here,
     so a study that measures TLI for it fails."""
+    pytest.importorskip("torch")  # samplers.KeptRowsTopK is built on torch
     monkeypatch.setattr(agreement, "FALSE_ALARM", stats.FALSE_ALARM_PER_TEST)
     _, case = _study_case()
     out = study.acceptance_study(**case, kept_sizes=(10,), n_steps=200,
@@ -679,6 +686,7 @@ def test_build_kernels_builds_each_covariance_kernel_at_its_own_tau():
     """rdk_exact is the sparse top-k kernel at ``tau_exact`` and rdk_first_order the
     first-order kernel at ``tau_fo`` (the exact kernel built at the first-order tau went
     unseen: the study's checks measure whatever kernel was built)."""
+    pytest.importorskip("torch")  # samplers.KeptRowsTopK is built on torch
     from rdk_theory.first_order import FirstOrderCovarianceKernel
 
     rng = np.random.default_rng(5)
@@ -712,7 +720,7 @@ def test_pick_tau_keeps_the_first_grid_point_among_equal_acceptances():
 def _shift_lm(shift: int, v: int = 16):
     """A stand-in LM (no weights): a character-per-token tokenizer over ``v`` ids, and after
     reading token x a law with all but ~1e-7 of its mass on ``x + shift`` (mod v)."""
-    import torch
+    torch = pytest.importorskip("torch")
     from types import SimpleNamespace
 
     def model(x):
@@ -751,6 +759,7 @@ def test_study_exact_kernel_bounds_are_inclusive():
     """``sparse_k`` may be the whole vocabulary N and ``exact_max_kept`` is the largest K that
     still gets the sparse exact kernel (both bounds inclusive; only N + 1 and the default of
     no limit were tried)."""
+    pytest.importorskip("torch")  # samplers.KeptRowsTopK is built on torch
     rng, case = _study_case(n=40, c=8, s=8, rank=3)
     out = study.acceptance_study(**case, kept_sizes=(10, 11), n_steps=0, rng=rng, sparse_k=40,
                                  exact_max_kept=10)
@@ -763,6 +772,7 @@ def test_study_per_position_measurement_is_the_accepted_fraction():
     """Each per-position 'measured' value is accepted steps / n_steps, so their mean is the
     check's measured mean (a wrong divisor went unseen: the harness test only compared the
     file with the study's own record)."""
+    pytest.importorskip("torch")  # samplers.KeptRowsTopK is built on torch
     rng, case = _study_case(c=8)
     out = study.acceptance_study(**case, kept_sizes=(10,), n_steps=20, rng=rng)
     for s, chk in out["rows"][0]["checks"].items():
@@ -777,6 +787,7 @@ def test_study_predictions_use_the_kept_sets_kernels_on_the_variance_grid():
     tau grid is TAU_GRID times the largest calibration variance max_i Omega_ii (kernel rows
     for ids 0..K-1, and a grid scaled by the largest squared norm of a factor row, went
     unseen)."""
+    pytest.importorskip("torch")  # samplers.KeptRowsTopK is built on torch
     from rdk_theory.first_order import FirstOrderCovarianceKernel
 
     rng, case = _study_case(seed=8, n=40, c=8, s=8, rank=3)
@@ -819,6 +830,7 @@ def test_study_rows_are_the_predicted_means_when_steps_are_also_measured():
     """With n_steps > 0 a row's sampler value is still the predicted mean alpha(p, r), the
     one the same study gives with n_steps = 0 (the checks' measured mean in its place went
     unseen: every test that reads the row values ran with n_steps = 0)."""
+    pytest.importorskip("torch")  # samplers.KeptRowsTopK is built on torch
     rng, case = _study_case(c=8)
     out = study.acceptance_study(**case, kept_sizes=(10,), n_steps=20, rng=rng)
     _, case0 = _study_case(c=8)
@@ -855,6 +867,7 @@ def test_topk_compress_refuses_k_above_the_laws_width():
 def test_study_names_no_exact_kernel_for_a_kept_size_above_exact_max_kept():
     """A kept size that gets no sparse exact kernel (K > exact_max_kept) records
     rdk_exact_kernel None, not the name of a kernel that was never built."""
+    pytest.importorskip("torch")  # samplers.KeptRowsTopK is built on torch
     rng, case = _study_case(n=40, c=8, s=8, rank=3)
     out = study.acceptance_study(**case, kept_sizes=(10, 11), n_steps=0, rng=rng, sparse_k=5,
                                  exact_max_kept=10)
@@ -865,6 +878,7 @@ def test_study_picks_tau_on_128_evenly_spaced_calibration_rows():
     """Above 128 calibration rows tau is picked on 128 evenly spaced ones (rows
     round(linspace(0, S - 1, 128))), so the last rows count: the first 128 rows went unseen
     (every earlier case had at most 128). TLI's calibration acceptance is recomputed on them."""
+    pytest.importorskip("torch")  # samplers.KeptRowsTopK is built on torch
     rng, case = _study_case(n=40, c=8, s=8, rank=3)
     s = 140
     cal_rng = np.random.default_rng(21)

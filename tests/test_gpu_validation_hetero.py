@@ -253,7 +253,8 @@ def test_sizes_up_to_the_builtin_drafters_vocabulary_are_accepted_and_beyond_ref
             _config(*argv)
 
 
-def test_hetero_reads_a_comma_separated_drafter_list(monkeypatch, tmp_path, capsys):
+def test_hetero_reads_a_comma_separated_drafter_list(monkeypatch, tmp_path, capsys,
+                                                      stub_backends):
     """'--drafter a,b,' names two drafters (an empty name is no drafter); each is checked
     before the study, which gets them in order."""
     from gpu_validation import cli, hetero

@@ -185,7 +185,8 @@ def test_cli_models_list_and_bad_input(tmp_path, monkeypatch, capsys):
 def test_bf16_cache_copy_leaves_the_live_model_at_its_own_precision(tmp_path):
     """The first load writes a bf16 copy for later loads; the float32 model that wrote it must
     keep its float32 weights (converting it to bf16 and back used to round them)."""
-    import torch
+    torch = pytest.importorskip("torch")
+    pytest.importorskip("transformers")
     from transformers import LlamaConfig, LlamaForCausalLM
 
     from gpu_validation import models
@@ -212,7 +213,8 @@ def test_bf16_cache_copy_leaves_the_live_model_at_its_own_precision(tmp_path):
 
 
 @pytest.mark.parametrize("cached", [True, False])
-def test_fetch_load_loads_only_when_the_bf16_copy_is_missing(monkeypatch, capsys, cached):
+def test_fetch_load_loads_only_when_the_bf16_copy_is_missing(monkeypatch, capsys, stub_backends,
+                                                             cached):
     """``models fetch --load`` (run by scripts/report.sh every time) writes the bf16 copy by
     loading once; with the copy there, loading again only cost about 10 s per run. Names after
     ``--load`` are taken (they were an 'unrecognized arguments' error)."""
@@ -256,7 +258,7 @@ def test_report_source_is_none_when_only_one_of_the_pair_is_fetched(monkeypatch)
 
 
 @pytest.fixture
-def stubbed_pair(monkeypatch):
+def stubbed_pair(monkeypatch, stub_backends):
     """A fetched pair whose teacher-forced laws are random (``n_eval`` positions over a
     40-token vocabulary), and a study that records its call: ``calls`` holds the RunConfig
     collect_pair got, the calibration_stats rank and the study's arguments."""
@@ -360,6 +362,7 @@ def test_report_source_shows_its_stages_only_on_a_terminal(stubbed_pair, monkeyp
     from gpu_validation.report_source import real_pair_report
 
     if terminal:
+        pytest.importorskip("tqdm")  # the bars (extra 'plot')
         monkeypatch.setenv("RDK_THEORY_PROGRESS", "1")
     else:
         monkeypatch.delenv("RDK_THEORY_PROGRESS", raising=False)

@@ -38,6 +38,17 @@ NO_GGUF = "gguf is not installed (pip install 'rdk-theory[models]')"
 SYNTHETIC = ["--quick", "--vocab", "48", "--keep", "1,0.5"]  # the fallback, in a second
 
 
+def _needs(*modules):
+    """Skip unless each of ``modules`` is installed: a test that hides one module expects a
+    message naming that one alone, and a report's exact stderr has no "figure skipped" line
+    only with matplotlib (a venv with the test extra alone has none of them)."""
+    import importlib.util
+
+    for m in modules:
+        if importlib.util.find_spec(m) is None:
+            pytest.skip(f"needs {m}, which is not installed")
+
+
 def _block(monkeypatch, *modules):
     """``import m`` raises ModuleNotFoundError for each of ``modules`` (until the test ends)."""
     for m in modules:
@@ -103,6 +114,7 @@ def test_missing_modules_names_the_absent_together_and_the_broken_with_its_error
 def test_backend_failure_asks_gguf_only_where_a_gguf_file_is_read(monkeypatch, tmp_path):
     """The bf16 copy loads without gguf; a built-in without it, or a .gguf path, needs it (and
     torch, even for the tokenizer: transformers' GGUF reader needs both)."""
+    _needs("torch", "transformers")
     _block(monkeypatch, "gguf")
     monkeypatch.setattr(models, "bf16_cached", lambda model: True)
     assert models.backend_failure("smollm2-135m", "Qwen/Qwen2.5-0.5B") is None
@@ -117,6 +129,7 @@ def test_backend_failure_asks_gguf_only_where_a_gguf_file_is_read(monkeypatch, t
 
 def test_the_loaders_refuse_before_reading_anything(monkeypatch, tmp_path):
     """Called directly (not through a command): a ModelError, not a traceback halfway."""
+    _needs("transformers")
     monkeypatch.setenv("RDK_THEORY_CACHE", str(tmp_path))  # empty: a fetch would be reached
     _block(monkeypatch, "torch")
     with pytest.raises(models.ModelError) as err:
@@ -139,6 +152,7 @@ def test_report_auto_with_the_pair_fetched_but_no_torch_falls_back_with_one_warn
         monkeypatch, capsys, tmp_path, fetched, heavy, missing, why):
     """It was a traceback from the first model load; now one warning naming what to install,
     then the synthetic LM's report, exit 0, and no model was loaded."""
+    _needs("matplotlib", *({"torch", "transformers"} - set(missing)))
     _block(monkeypatch, *missing)
     code, out, err = _run(capsys, "report", *SYNTHETIC, "--out", str(tmp_path / "out"))
     assert code == 0 and heavy == []
@@ -150,6 +164,7 @@ def test_report_auto_with_the_pair_fetched_but_no_torch_falls_back_with_one_warn
 
 def test_report_auto_names_gguf_when_the_pair_has_no_bf16_copy(monkeypatch, capsys, tmp_path,
                                                                fetched, heavy):
+    _needs("torch", "transformers", "matplotlib")
     monkeypatch.setattr(models, "bf16_cached", lambda model: False)
     _block(monkeypatch, "gguf")
     code, out, err = _run(capsys, "report", *SYNTHETIC, "--out", str(tmp_path / "out"))
@@ -160,6 +175,7 @@ def test_report_auto_names_gguf_when_the_pair_has_no_bf16_copy(monkeypatch, caps
 
 def test_report_real_with_the_pair_fetched_but_no_torch_is_one_error_line(
         monkeypatch, capsys, tmp_path, fetched, heavy):
+    _needs("transformers")
     _block(monkeypatch, "torch")
     code, out, err = _run(capsys, "report", "--source", "real", "--out", str(tmp_path / "out"))
     assert (code, out, heavy) == (2, "", [])
@@ -188,6 +204,7 @@ def test_a_real_report_source_that_fails_to_import_is_named_as_such(
     """It said '(gpu_validation missing)' under real, and under auto a warning of its own and
     then 'real models not fetched' (a stale entry point, not an ImportError, was a traceback).
     Now one line each, naming the failed import and its error."""
+    _needs("matplotlib")
     monkeypatch.setattr(report_mod, "entry_points", lambda group: [_BrokenSource(exc)])
     code, out, err = _run(capsys, "report", "--source", "real", "--out", str(tmp_path / "r"))
     assert (code, out) == (2, "")
@@ -201,6 +218,7 @@ def test_a_real_report_source_that_fails_to_import_is_named_as_such(
 
 def test_report_without_a_real_source_says_so(monkeypatch, capsys, tmp_path):
     """No 'real' entry point at all: auto no longer says the models are not fetched."""
+    _needs("matplotlib")
     monkeypatch.setattr(report_mod, "entry_points", lambda group: [])
     code, out, err = _run(capsys, "report", *SYNTHETIC, "--out", str(tmp_path / "a"))
     assert code == 0
@@ -229,6 +247,7 @@ def test_commands_that_load_a_model_refuse_without_its_extra_before_any_work(
         monkeypatch, capsys, tmp_path, fetched, heavy, argv, missing, want):
     """One error line, exit 2, before anything is fetched, loaded or run, and no --out folder
     left behind; each was a traceback (from the first load, or the fetch's --load)."""
+    _needs(*({"torch", "transformers"} - set(missing)), *(["gguf"] if argv[0] == "models" else []))
     if argv[:2] == ["models", "fetch"]:  # not loaded yet: the load reads the GGUF
         monkeypatch.setattr(models, "bf16_cached", lambda model: False)
     _block(monkeypatch, *missing)
@@ -250,6 +269,7 @@ def test_models_fetch_load_with_the_bf16_copy_needs_no_torch(monkeypatch, capsys
 
 
 def test_models_fetch_load_names_gguf_for_the_first_load(monkeypatch, capsys, fetched, heavy):
+    _needs("torch", "transformers")
     monkeypatch.setattr(models, "bf16_cached", lambda model: False)
     _block(monkeypatch, "gguf")
     code, out, err = _run(capsys, "models", "fetch", "--load", "smollm2-135m")
@@ -259,6 +279,7 @@ def test_models_fetch_load_names_gguf_for_the_first_load(monkeypatch, capsys, fe
 
 def test_python_m_gpu_validation_run_refuses_without_torch(monkeypatch, capsys, tmp_path,
                                                           fetched, heavy):
+    _needs("transformers")
     from gpu_validation.__main__ import main as gv_main
 
     _block(monkeypatch, "torch")
@@ -337,6 +358,7 @@ def _cli_without(tmp_path, blocked, *argv):
 
 
 def test_report_and_validate_in_a_process_without_torch_and_transformers(tmp_path):
+    _needs("matplotlib", "transformers", "gguf")
     r = _cli_without(tmp_path, ("torch", "transformers"), "report", *SYNTHETIC)
     assert r.returncode == 0, r.stderr
     assert r.stderr == (f"warning: the real model pair is fetched but cannot be loaded: "

@@ -29,6 +29,7 @@ def test_block_json_reports_lossless_for_every_sampler(capsys):
 
 
 def test_speedup_table_and_figure(capsys, tmp_path):
+    pytest.importorskip("matplotlib")  # the figure (extra 'plot')
     fig = tmp_path / "speedup.png"
     rc, out, _ = _run(capsys, "speedup", "--alpha", "0.8", "--c", "0.05", "--figure", str(fig))
     assert rc == 0 and fig.stat().st_size > 1000
@@ -36,6 +37,7 @@ def test_speedup_table_and_figure(capsys, tmp_path):
 
 
 def test_dsi_small_grid(capsys, tmp_path):
+    pytest.importorskip("matplotlib")  # the figure (extra 'plot')
     fig = tmp_path / "dsi.png"
     rc, out, _ = _run(capsys, "dsi", "--c-points", "6", "--a-points", "6", "--k-max", "16", "--json",
                       "--figure", str(fig))
@@ -132,6 +134,8 @@ def test_spectr_and_string(capsys):
     ["speedup", "--figure", "{tmp}/figdir"],  # figdir.png, the path written, is a folder
 ])
 def test_bad_input_exits_2_with_one_line(capsys, tmp_path, argv):
+    if "--figure" in argv:  # without matplotlib every --figure is refused as such, whatever its path
+        pytest.importorskip("matplotlib")
     (tmp_path / "a_file").write_text("")
     (tmp_path / "figdir.png").mkdir()
     rc, out, err = _run(capsys, *[a.replace("{tmp}", str(tmp_path)) for a in argv])
@@ -170,6 +174,7 @@ def test_figure_without_a_usable_matplotlib_is_refused_before_the_run(
 
 
 def test_a_figure_path_without_suffix_is_written_as_png_and_named_so(capsys, tmp_path):
+    pytest.importorskip("matplotlib")  # the figure (extra 'plot')
     rc, out, _ = _run(capsys, "speedup", "--alpha", "0.8", "--figure", str(tmp_path / "fig"))
     assert rc == 0 and (tmp_path / "fig.png").stat().st_size > 1000
     assert f"figure written to {tmp_path / 'fig.png'}" in out
@@ -219,6 +224,7 @@ def test_a_figure_that_fails_at_the_end_loses_the_figure_not_the_results(capsys,
                                                                          monkeypatch):
     """The numbers are printed before the figure is drawn: a write that fails then (a full
     disk) is exit 2 with the JSON already on stdout."""
+    pytest.importorskip("matplotlib")  # the figure (extra 'plot')
     from simulators import plots
 
     def full_disk(*_):
@@ -329,6 +335,7 @@ def test_string_reports_psi_methods_that_disagree(capsys, monkeypatch):
 def test_block_figure_bars_are_the_exact_length_law(monkeypatch, tmp_path):
     """The bars of the block figure are P(L) from the results' length_law (whose keys are the
     strings "1".."gamma+1", as in the JSON), not zeros."""
+    pytest.importorskip("matplotlib")  # the figure (extra 'plot')
     from simulators import plots
 
     figs = []
@@ -459,6 +466,7 @@ def test_disco_figure_plots_each_static_gamma_from_zero_against_its_time(capsys,
     on the x axis, the left one the trace DP's time per token, the right one the toy runs'
     static_0..static_gamma_max (static_0 included, as in the JSON), with the oracle and the
     best threshold as horizontal lines at their reported times."""
+    pytest.importorskip("matplotlib")  # the figure (extra 'plot')
     plots, figs = _drawn_figures(monkeypatch)
     rc, out, _ = _run(capsys, "disco", "--c", "0.1", "--tokens", "300", "--trace-length", "100",
                       "--gamma-max", "3", "--json", "--figure", str(tmp_path / "d.png"))
@@ -482,6 +490,7 @@ def test_string_cost_figure_plots_the_segmentation_counts_and_the_enumeration_ti
     """The string figure (never drawn by the suite): segmentations against every length, and
     on the twin axis the enumeration times of the lengths that were enumerated (1..7) only,
     each the value the JSON reports."""
+    pytest.importorskip("matplotlib")  # the figure (extra 'plot')
     plots, figs = _drawn_figures(monkeypatch)
     rc, out, _ = _run(capsys, "string", "--max-length", "9", "--json", "--figure",
                       str(tmp_path / "s.png"))
