@@ -171,15 +171,23 @@ class _DeviceCopies:
     """Kernels that keep torch copies of their arrays (``_torch``, one per device and dtype)
     pickle and deep-copy without them, as :class:`~rdk_theory.vocab.VocabMap` does: they may
     live on a device the reader lacks, and on the host a float64 copy shares the kernel's own
-    array, which the pickle then held twice."""
+    array, which the pickle then held twice. Read-only arrays come back read-only."""
 
     _new_torch = _DeviceCache
 
     def __getstate__(self):
-        return {k: v for k, v in self.__dict__.items() if k != "_torch"}
+        state = {k: v for k, v in self.__dict__.items() if k != "_torch"}
+        # numpy unpickles every array writable: name the read-only ones (w, the matrix)
+        state["_read_only"] = [k for k, v in state.items()
+                               if isinstance(v, np.ndarray) and not v.flags.writeable]
+        return state
 
     def __setstate__(self, state):
+        state = dict(state)
+        read_only = state.pop("_read_only", ())
         self.__dict__.update(state)
+        for name in read_only:
+            getattr(self, name).setflags(write=False)
         self._torch = self._new_torch()
 
 

@@ -226,18 +226,15 @@ def same_backend(a, b, names=("a", "b")):
 
 def numpy_to_torch(array: np.ndarray, dtype=None, device=None):
     """``torch.as_tensor`` of a numpy array of any layout: one with a negative stride (``p[::-1]``,
-    ``np.flip``), which torch refuses with a ValueError, is copied first; a read-only one (a
-    ``np.broadcast_to`` view, a memmap opened ``r``) is shared without torch's warning that
-    writing to it is undefined, since this package never writes to its inputs."""
-    import warnings
-
+    ``np.flip``), which torch refuses with a ValueError, is copied first. (A read-only one, a
+    ``np.broadcast_to`` view say, is shared as it is; torch warns once that writing to it would
+    be undefined, which this package never does. Silencing that warning here changed the
+    process's warning filters on every call.)"""
     import torch
 
     if any(s < 0 for s in array.strides):
         array = np.ascontiguousarray(array)
-    with warnings.catch_warnings():
-        warnings.filterwarnings("ignore", message="The given NumPy array is not writable")
-        return torch.as_tensor(array, dtype=dtype, device=device)
+    return torch.as_tensor(array, dtype=dtype, device=device)
 
 
 #: The largest count or size accepted (:func:`as_count`, :func:`int_at_least`): int64's, the

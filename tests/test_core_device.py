@@ -253,6 +253,13 @@ def test_a_maps_scatter_plan_and_a_kernels_own_arrays_are_read_only():
         rt.MarginalKernel(np.array([0, 0, 0.5, 0.5]), 0.5).w[0] = 1
     with pytest.raises(ValueError, match="read-only"):
         rt.DenseKernel(np.eye(3)).matrix[0, 0] = 0
+    import copy
+
+    for kernel in (rt.DenseKernel(np.eye(3)), rt.MarginalKernel(np.array([0.5, 0.5]), 0.5)):
+        for back in (pickle.loads(pickle.dumps(kernel)), copy.deepcopy(kernel)):
+            for arr in (getattr(back, "matrix", None), getattr(back, "w", None)):
+                if arr is not None:  # numpy unpickles arrays writable: made read-only again
+                    assert not arr.flags.writeable
     mine = np.eye(3)
     rt.DenseKernel(mine, copy=False)
     assert mine.flags.writeable  # the caller's array is left as it was
