@@ -40,8 +40,9 @@ and marginal RDK per position, and measures it by running the verification step 
 position with the real laws; then generates with the real drafter and target at temperature 1
 (tokens per target call, accept-length histogram, accepts vs the sum of predicted alphas), and
 times proposal + acceptance against N. The run passes when every measurement agrees with its
-prediction at a run-wide false-alarm rate of 1e-3. Outputs: report.json, per_position.npz and
-three figures in --out.
+prediction at a run-wide false-alarm rate of 1e-3 and, per position, vanilla's predicted alpha
+equals TLI's and TLI's is at most the OOV cap p(I) (to round-off). Outputs: report.json,
+per_position.npz and three figures in --out (an earlier run's are removed first).
 
 examples:
   rdk-theory validate --quick                         # CPU, a few minutes after the fetch
@@ -156,7 +157,8 @@ def add_run_arguments(p) -> None:
                         "twice the memory of bfloat16")
     p.add_argument("--topk", type=int_at_least(1), metavar="K",
                    help="also save the teacher-forced laws to laws.npz, top-K compressed with "
-                        "the exact tail mass, and check |alpha - alpha_topk| <= tail_p + tail_q")
+                        "the exact tail mass, and check |alpha - alpha_topk| <= tail_p + tail_q "
+                        "(a K above the vocabulary stores every id)")
     p.add_argument("--e2e-kept", help="kept sizes of the end-to-end generation (default: the "
                                       "largest and smallest of --kept; with --quick and no "
                                       "--kept, 4096 only, and with TLI only)")
@@ -167,7 +169,9 @@ def add_run_arguments(p) -> None:
                         "fixed budget of verification rounds)")
     p.add_argument("--no-timing", action="store_true", help="skip the O(N) timing sweep")
     p.add_argument("--timing-sizes", help="comma-separated N of the timing sweep "
-                                          "(default: 2K..152K on CPU, 4K..262K on CUDA)")
+                                          "(default: 2K..152K on CPU, 4K..262K on CUDA); a "
+                                          "slope needs at least 2 sizes (one N is timed, "
+                                          "with no slope)")
     p.add_argument("--fetch", action="store_true", help="fetch built-in models that are missing")
     # default None, read as 0: --hetero tells a --seed given from none (it refuses one)
     p.add_argument("--seed", type=int_at_least(0), default=None,

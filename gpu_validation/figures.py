@@ -7,6 +7,11 @@ SAMPLER_STYLE = {"vanilla": ("vanilla", "o", "--"), "tli": ("TLI", "s", "-"),
                  "rdk_exact": ("exact RDK (sparse kernel)", "^", "-"),
                  "rdk_first_order": ("first-order RDK", "v", "-"),
                  "marginal": ("marginal RDK", "D", "-")}
+#: One colour per sampler, for its points and its legend entry alike (points drawn from the
+#: colour cycle, one scatter per (sampler, kept size), took other colours than the legend's
+#: with two kept sizes or more): the colour ``acceptance_vs_kept`` gives its line where every
+#: sampler has one (the core's plot_report takes them from the cycle in this order).
+SAMPLER_COLOUR = {s: f"C{i}" for i, s in enumerate(SAMPLER_STYLE)}
 
 
 def _plt():
@@ -33,9 +38,9 @@ def predicted_vs_measured(study: dict, path: Path) -> Path:
     for key, d in study["per_position"].items():
         s = key.split("@")[0]
         ax.scatter(d["predicted"], d["measured"], s=2, alpha=0.3,
-                   marker=SAMPLER_STYLE[s][1], label=None)
+                   marker=SAMPLER_STYLE[s][1], color=SAMPLER_COLOUR[s], label=None)
     for s, (label, marker, _) in SAMPLER_STYLE.items():
-        ax.scatter([], [], marker=marker, label=label)
+        ax.scatter([], [], marker=marker, color=SAMPLER_COLOUR[s], label=label)
     ax.plot([0, 1], [0, 1], "k-", lw=0.8)
     ax.set_xlabel("predicted alpha per position")
     ax.set_ylabel(f"measured (fraction of {study['n_steps']} steps)")
@@ -69,3 +74,33 @@ def time_vs_n(timing: dict, path: Path) -> Path:
     fig.savefig(path, dpi=110)
     plt.close(fig)
     return path
+
+
+def redraw(folder) -> Path:
+    """Draw ``predicted_vs_measured.png`` of a finished run again from its ``report.json`` and
+    ``per_position.npz`` in ``folder`` (no model): the committed figures after a change to the
+    figure. ``python -m gpu_validation.figures FOLDER``."""
+    import json
+
+    import numpy as np
+
+    from rdk_theory._outdir import write_replacing
+
+    folder = Path(folder)
+    report = json.loads((folder / "report.json").read_text())
+    per = {}
+    with np.load(folder / "per_position.npz") as z:
+        for name in z.files:  # "sampler@K:predicted" and ":measured", in the study's order
+            key, what = name.rsplit(":", 1)
+            per.setdefault(key, {})[what] = z[name]
+    st = {"per_position": per, "n_steps": report["study"]["n_steps"]}
+    path = folder / "predicted_vs_measured.png"
+    write_replacing(str(path), lambda tmp: predicted_vs_measured(st, Path(tmp)))
+    return path
+
+
+if __name__ == "__main__":
+    import sys
+
+    for arg in sys.argv[1:]:
+        print(f"wrote {redraw(arg)}")

@@ -9,13 +9,21 @@ Stages (each recorded in the report with its duration):
 5. O(N) timing sweep on synthetic laws (:mod:`.timing`).
 
 The run passes when every agreement check passes (run-wide false-alarm rate
-:data:`.agreement.FALSE_ALARM`, Bonferroni-split across all checks of the run).
+:data:`.agreement.FALSE_ALARM`, Bonferroni-split across all statistical checks of the run) and
+every deterministic check holds: per kept size, vanilla's alpha equals TLI's and TLI's alpha is
+at most the OOV cap ``p(I)`` at every position, to :data:`.study.EXACT_ROUNDOFF`
+(:func:`.study.deterministic_checks`), and with ``--topk`` the compression bound. Deterministic
+checks spend none of the false-alarm rate (they are not in its split).
+
+Before its first file, a run removes from ``--out`` every file of :data:`OUTPUT_FILES` that an
+earlier run left there (those names only), so the folder never holds files of two runs.
 """
 from __future__ import annotations
 
 import json
 import os
 import platform
+import shlex
 import sys
 import time
 from contextlib import contextmanager
@@ -124,8 +132,20 @@ def _collect_with_bar(tgt, drf, texts, desc, cfg):
         return collect.collect(tgt, drf, texts, device=cfg.device, progress=bar)
 
 
+def _refuse_big_kept(cfg: RunConfig, n: int) -> None:
+    """InputError when a kept size of ``cfg`` (study or end-to-end) exceeds the ``n`` ids the
+    two models share (a hub or local drafter's size is known only once loaded)."""
+    big = [k for k in (*cfg.kept, *cfg.e2e_kept) if k > n]
+    if big:
+        raise InputError(f"kept size {big[0]} exceeds the drafter's vocabulary ({n:,} "
+                         "ids shared with the target)")
+
+
 def collect_pair(cfg: RunConfig, log=print):
-    """Load both models and teacher-force them; returns (target, drafter, eval, calib, counts)."""
+    """Load both models and teacher-force them; returns (target, drafter, eval, calib, counts).
+
+    A kept size of ``cfg`` (``kept``, ``e2e_kept``) beyond the ids the two models share is
+    refused once they are loaded, before teacher forcing (minutes on the CPU)."""
     tgt = models.load(cfg.target, device=cfg.device, dtype=cfg.dtype,
                       fetch_missing=cfg.fetch_missing, log=log)
     drf = models.load(cfg.drafter, device=cfg.device, dtype=cfg.dtype,
@@ -137,6 +157,8 @@ def collect_pair(cfg: RunConfig, log=print):
     if width is not None:
         log(f"LM heads of {tgt.output_width:,} and {drf.output_width:,} rows: both read over "
             f"their first {width:,} ids (past the tokenizer's {len(tgt.tokenizer):,})")
+    if cfg.kept or cfg.e2e_kept:  # the laws' width: the shared rows, or the heads' common one
+        _refuse_big_kept(cfg, width if width is not None else tgt.output_width)
     ev = _collect_with_bar(tgt, drf, collect.EVAL_TEXTS, "teacher-forcing evaluation texts", cfg)
     ca = _collect_with_bar(tgt, drf, collect.CALIB_TEXTS, "teacher-forcing calibration texts", cfg)
     cal_ids = [collect.tokenize(tgt.tokenizer, collect.read_text(n)) for n in collect.CALIB_TEXTS]
@@ -180,11 +202,11 @@ def _run_stages(cfg: RunConfig, out: Path, log) -> dict:
     t0 = time.perf_counter()
     dur = {}
     tgt, drf, ev, ca, counts = collect_pair(cfg, log)
-    big = [k for k in (*cfg.kept, *cfg.e2e_kept) if k > len(counts)]
-    if big:  # a hub or local drafter's size is known once loaded: refused before the study
-        raise InputError(f"kept size {big[0]} exceeds the drafter's vocabulary ({len(counts):,} "
-                         "ids shared with the target)")
+    _refuse_big_kept(cfg, len(counts))  # collect_pair refused these on the heads' width
     dur["load_and_collect_s"] = time.perf_counter() - t0
+    # this run's first file is next: an earlier run's files go first, all of them (a figure
+    # this run skips or is interrupted drawing, a report beside this run's laws.npz)
+    _remove_previous(out)
     laws = save_laws(out / "laws.npz", ev, ca, cfg.topk) if cfg.topk else None
     sel = np.arange(ev.p.shape[0])
     if cfg.max_positions and cfg.max_positions < sel.size:
@@ -204,11 +226,13 @@ def _run_stages(cfg: RunConfig, out: Path, log) -> dict:
     dur["total_s"] = time.perf_counter() - t0
     checks = [c["pass"] for r in st["rows"] for c in r["checks"].values()]
     checks += [e["check"]["pass"] for e in e2e]
+    # deterministic (no false-alarm rate spent): vanilla == TLI, TLI <= p(I), per position
+    checks += [c["pass"] for r in st["rows"] for c in r["deterministic_checks"].values()]
     if laws is not None:
         checks.append(laws["bound_holds"])
     report = {
         "kind": "rdk-theory gpu_validation run",
-        "command": " ".join([os.path.basename(sys.argv[0])] + sys.argv[1:]),
+        "command": command_line(),
         "environment": environment(), "device": cfg.device,
         # the dtype the models computed in (settings.dtype is what was asked: maybe "auto")
         "dtype": tgt.info["dtype"],
@@ -234,10 +258,6 @@ def _run_stages(cfg: RunConfig, out: Path, log) -> dict:
     # written before the timing sweep, and again after it: a sweep that fails (out of memory
     # at a large --timing-sizes, say) no longer takes the study and generation with it
     _write_report(out, report)
-    # a file of an earlier run into the same --out that this run has not written (laws.npz
-    # without --topk; time_vs_n.png until this run's sweep has drawn its own) would sit beside
-    # this report as if it were this run's
-    _remove_stale(out, _outputs(cfg) - {"time_vs_n.png"})
     title = f"{tgt.spec} target, {drf.spec} drafter ({sel.size} positions, {cfg.device})"
     try:
         _write(out, "acceptance_vs_kept.png", lambda tmp: figures.acceptance_vs_kept(st, tmp, title))
@@ -269,16 +289,29 @@ def _write_report(out: Path, report: dict) -> None:
     _write(out, "report.json", lambda tmp: tmp.write_text(text))
 
 
-def _outputs(cfg) -> set:
-    """The names of :data:`OUTPUT_FILES` a run of ``cfg`` writes."""
-    return set(OUTPUT_FILES) - (set() if cfg.topk else {"laws.npz", "laws_calib.npz"})
-
-
-def _remove_stale(out: Path, written: set) -> None:
-    for name in set(OUTPUT_FILES) - written:
+def _remove_previous(out: Path) -> None:
+    """Remove the files of :data:`OUTPUT_FILES` in ``out`` (an earlier run's: this one has
+    written none yet), a symbolic link at such a name as a link (never its target); any other
+    file in ``out`` is left alone."""
+    for name in OUTPUT_FILES:
         path = out / name
         if path.is_symlink() or path.is_file():
             path.unlink()
+
+
+def command_line(argv=None) -> str:
+    """The command of this process as one can paste it: ``sys.argv`` quoted for a POSIX
+    shell, ``python -m PACKAGE`` where Python ran a package's ``__main__.py`` (``python -m
+    gpu_validation run ...`` recorded ``__main__.py run ...``)."""
+    argv = list(sys.argv if argv is None else argv)
+    if not argv:
+        return ""
+    head = Path(argv[0])
+    if head.name == "__main__.py" and head.parent.name:
+        prog = ["python", "-m", head.parent.name]
+    else:
+        prog = [head.name or argv[0]]
+    return shlex.join(prog + argv[1:])
 
 
 def save_laws(path: Path, ev, ca, k: int) -> dict:
@@ -299,6 +332,7 @@ def save_laws(path: Path, ev, ca, k: int) -> dict:
     with np.load(path) as z:
         stored = {key: z[key] for key in z.files}
     n_p, n_q = int(stored["p_n"]), int(stored["q_n"])
+    k_stored = int(stored["p_ids"].shape[1])  # a k above the vocabulary stores every id
     err, bound = [], []
     for s in range(0, ev.p.shape[0], 256):  # chunks: a dense float64 copy of all rows is GBs
         sl = slice(s, s + 256)
@@ -312,7 +346,8 @@ def save_laws(path: Path, ev, ca, k: int) -> dict:
         bound.append(topk.alpha_error_bound(pt, qt))
     err, bound = np.concatenate(err), np.concatenate(bound)
     tp, tq = stored["p_tail"], stored["q_tail"]
-    return {"path": path.name, "calibration_path": cal_path.name, "k": int(k),
+    return {"path": path.name, "calibration_path": cal_path.name, "k": k_stored,
+            "k_requested": int(k),
             "bytes": path.stat().st_size + cal_path.stat().st_size,
             "tail_p_mean": float(tp.mean()), "tail_p_max": float(tp.max()),
             "tail_q_mean": float(tq.mean()), "tail_q_max": float(tq.max()),
@@ -380,6 +415,39 @@ def _json_default(o):
     raise TypeError(type(o))
 
 
+#: How the summary names each deterministic check of :func:`.study.deterministic_checks`.
+DETERMINISTIC_LABELS = {"vanilla_equals_tli": "vanilla == TLI",
+                        "tli_within_oov_cap": "TLI <= OOV cap"}
+
+
+def _deterministic_lines(rows) -> list[str]:
+    """One line when every deterministic check holds, else one per kept size with a failure
+    (each check 'ok' or 'FAIL' with its worst position's value). Rows of a report written
+    before these checks existed have none: no line."""
+    rows = [r for r in rows if r.get("deterministic_checks")]
+    if not rows:
+        return []
+    tol = next(iter(rows[0]["deterministic_checks"].values()))["tolerance"]
+    if all(c["pass"] for r in rows for c in r["deterministic_checks"].values()):
+        return [f"deterministic checks per position (to {tol:g}): "
+                + ", ".join(f"{DETERMINISTIC_LABELS.get(n, n)} ok"
+                            for n in rows[0]["deterministic_checks"]) + " at every kept size"]
+    lines = []
+    for r in rows:
+        checks = r["deterministic_checks"]
+        if all(c["pass"] for c in checks.values()):
+            continue
+        cells = []
+        for name, c in checks.items():
+            worst = next(v for k, v in c.items() if k.startswith("max_"))
+            cells.append(f"{DETERMINISTIC_LABELS.get(name, name)} "
+                         + ("ok" if c["pass"] else f"FAIL (worst {worst:.3g}, "
+                            f"{c['positions_failing']} positions)"))
+        lines.append(f"K={r['kept']} deterministic checks per position (to {tol:g}): "
+                     + ", ".join(cells))
+    return lines
+
+
 def summary_lines(report: dict) -> list[str]:
     """A readable table of the run for the terminal."""
     lines = [f"{'kept':>7} {'OOV cap':>8} " + " ".join(f"{s:>16}" for s in study.SAMPLERS)]
@@ -399,8 +467,10 @@ def summary_lines(report: dict) -> list[str]:
         lines.append(f"e2e K={e['kept']} {e['sampler']}: {e['tokens_per_call']:.2f} tokens/call, "
                      f"accepted {c['measured_accepts']} vs predicted {c['predicted_accepts']:.1f}"
                      f" (p={c['p_value']:.3f}) {'ok' if c['pass'] else 'FAIL'}")
+    lines += _deterministic_lines(report["study"]["rows"])
     if report.get("timing"):
-        lines.append("slopes: " + ", ".join(f"{k}={v:.2f}" for k, v in
-                                            report["timing"]["slopes"].items() if v is not None))
+        fitted = [f"{k}={v:.2f}" for k, v in report["timing"]["slopes"].items() if v is not None]
+        lines.append("slopes: " + (", ".join(fitted) if fitted else
+                                   "none (a slope needs at least 2 timing sizes)"))
     lines.append("ALL CHECKS PASS" if report["all_checks_pass"] else "SOME CHECKS FAILED")
     return lines

@@ -42,7 +42,8 @@ def real_pair_report(args) -> dict | None:
     # on a terminal, say what the minutes go to (loading, teacher forcing, the study: about
     # 3 minutes on 2 cores) and draw each stage's bar; a pipe or a log file gets the table only
     show = wanted()
-    cfg = RunConfig(fetch_missing=False, progress=show)
+    # its kept sizes are its own (from the fractions, below): none of the run's to check
+    cfg = RunConfig(fetch_missing=False, progress=show, kept=(), e2e_kept=())
     log = (lambda *a: print("report:", *a, file=sys.stderr)) if show else (lambda *a: None)
     log(f"real pair {DEFAULT_TARGET} / {DEFAULT_DRAFTER} (fetched): loading it and "
         "teacher-forcing the shipped texts ('--source synthetic' for the synthetic LM)")

@@ -4,7 +4,13 @@ For each kept size K the drafter is pruned to its K most frequent ids (:mod:`.pr
 sampler of :mod:`.samplers` builds its proposal from the real teacher-forced ``q``; the
 predicted acceptance per position is ``alpha(p, r)`` and the measured one is the fraction of
 ``n_steps`` verification steps (:func:`rdk_theory.sampling.sample_steps`, the real ``p`` and
-``r``) that accepted. Agreement is tested as in :mod:`.agreement`.
+``r``, drawn :data:`STEP_CHUNK` at a time: :func:`accepted_count`) that accepted. Agreement is
+tested as in :mod:`.agreement`.
+
+Two relations hold exactly for a pruned drafter, so they are checked per position without
+sampling (:func:`deterministic_checks`, to :data:`EXACT_ROUNDOFF`): vanilla's alpha equals
+TLI's (the kept ids all lie in the target's vocabulary and the pruned ``q`` already sums to 1
+on them), and TLI's alpha is at most the OOV cap ``p(I)`` (statement O2).
 """
 from __future__ import annotations
 
@@ -12,7 +18,7 @@ import numpy as np
 
 from rdk_theory.acceptance import acceptance_rate, oov_cap
 from rdk_theory.proposals import tli_proposal
-from rdk_theory.sampling import sample_steps
+from rdk_theory.sampling import COUNT_CHUNK, sample_steps
 from rdk_theory.validation import InputError
 from rdk_theory.vocab import pruned_draft_probs
 
@@ -20,6 +26,51 @@ from . import agreement
 from .collect import laws64
 from .pruning import pruned_vocab_map
 from .samplers import SAMPLERS, KeptRowsTopK, build_kernels, pick_tau, proposals
+
+
+#: Steps drawn at once per position (:func:`accepted_count`): the steps' arrays (about 50 bytes
+#: a step) stay at one chunk's, whatever ``n_steps`` is. rdk_theory.sampling.sample_counts'
+#: chunk, so the draws are its draws; up to it (the default 2,000 steps, any n up to 2^20)
+#: they are exactly those of one ``sample_steps(p, r, n_steps, rng)`` call.
+STEP_CHUNK = COUNT_CHUNK
+#: Float64 round-off allowed in the deterministic checks (sums over N terms, N up to 2^20):
+#: ``|alpha_vanilla - alpha_tli|`` and ``alpha_tli - p(I)`` per position.
+EXACT_ROUNDOFF = 1e-9
+#: The deterministic checks of each kept size (:func:`deterministic_checks`), in report order.
+DETERMINISTIC_CHECKS = ("vanilla_equals_tli", "tli_within_oov_cap")
+
+
+def accepted_count(p, r, n_steps: int, rng, chunk: int | None = None) -> int:
+    """How many of ``n_steps`` verification steps with target law ``p`` and proposal ``r``
+    accepted: :func:`rdk_theory.sampling.sample_steps` ``chunk`` steps at a time (default
+    :data:`STEP_CHUNK`), unchecked, on one generator. Holding every step of ``--steps 2e7``
+    at once took 1.7 GB; this holds one chunk's. It draws what
+    ``rdk_theory.sampling.sample_counts(p, r, n_steps, rng, chunk=chunk)`` draws (without
+    validating the laws or counting the emitted tokens), and for ``n_steps <= chunk`` exactly
+    what ``sample_steps(p, r, n_steps, rng)`` draws."""
+    chunk = STEP_CHUNK if chunk is None else int(chunk)
+    accepted = 0
+    for start in range(0, n_steps, chunk):
+        accepted += int(sample_steps(p, r, min(chunk, n_steps - start), rng,
+                                     check=False)[1].sum())
+    return accepted
+
+
+def deterministic_checks(a_vanilla, a_tli, cap) -> dict:
+    """The exact relations of one kept size, per position (arrays of the same length):
+    ``vanilla_equals_tli`` (``|alpha_vanilla - alpha_tli| <= EXACT_ROUNDOFF``) and
+    ``tli_within_oov_cap`` (``alpha_tli - p(I) <= EXACT_ROUNDOFF``). Each: the worst
+    position's value, how many positions break it, the tolerance and ``pass``. Deterministic:
+    no false-alarm rate is spent on them."""
+    a_vanilla, a_tli, cap = (np.asarray(x, dtype=np.float64) for x in (a_vanilla, a_tli, cap))
+    diff, excess = np.abs(a_vanilla - a_tli), a_tli - cap
+    out = {}
+    for name, key, v in (("vanilla_equals_tli", "max_abs_difference", diff),
+                         ("tli_within_oov_cap", "max_excess", excess)):
+        bad = ~(v <= EXACT_ROUNDOFF)  # NaN breaks it too
+        out[name] = {key: float(np.max(v)) if v.size else 0.0, "positions_failing": int(bad.sum()),
+                     "tolerance": EXACT_ROUNDOFF, "pass": not bool(bad.any())}
+    return out
 
 
 def _at_grid_edge(tau, table: dict) -> bool:
@@ -32,6 +83,9 @@ def acceptance_study(p, q, counts, kept_sizes, *, mu, factor, p_cal, q_cal, n_st
                      rng, sparse_k: int = 16, exact_max_kept: int | None = None,
                      chunk: int = 64, progress=None, other_tests: int = 0) -> dict:
     """Run the study; returns ``{"rows": [...], "per_position": {...}, "taus": {...}}``.
+
+    Each row holds the statistical ``checks`` per sampler (with ``n_steps``) and the
+    ``deterministic_checks`` of its kept size (:func:`deterministic_checks`, always).
 
     Parameters:
       p, q: (C, N) float32 teacher-forced target / full-drafter laws (evaluation positions).
@@ -94,8 +148,7 @@ def acceptance_study(p, q, counts, kept_sizes, *, mu, factor, p_cal, q_cal, n_st
                 a = acceptance_rate(pc, r, check=False)
                 pred[s].append(a)
                 if n_steps:
-                    meas[s].append([int(sample_steps(pc[i], r[i], n_steps, rng,
-                                                     check=False)[1].sum())
+                    meas[s].append([accepted_count(pc[i], r[i], n_steps, rng)
                                     for i in range(pc.shape[0])])
             if progress is not None:
                 progress.update(pc.shape[0])
@@ -118,6 +171,8 @@ def acceptance_study(p, q, counts, kept_sizes, *, mu, factor, p_cal, q_cal, n_st
                                    "measured": (k / n_steps).astype(np.float32).tolist()}
         row["rdk_exact_kernel"] = (f"sparse covariance top-{sparse_k}" if topk is not None
                                    else None)
+        row["deterministic_checks"] = deterministic_checks(
+            np.concatenate(pred["vanilla"]), np.concatenate(pred["tli"]), cap)
         row["checks"] = checks
         rows.append(row)
     return {"rows": rows, "per_position": per_pos, "taus": taus, "n_steps": n_steps,

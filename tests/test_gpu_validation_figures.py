@@ -84,3 +84,52 @@ def test_acceptance_vs_kept_uses_the_runs_sampler_labels(tmp_path, drawn):
     for label, _, _ in figures.SAMPLER_STYLE.values():
         assert label in legend
     assert ax.get_title() == "a title"
+
+
+def test_predicted_vs_measured_points_take_their_samplers_legend_colour(tmp_path, drawn):
+    """One colour per sampler for its points and its legend entry. Each scatter, one per
+    (sampler, kept size), took the colour cycle's next colour and so did the legend's empty
+    scatters: with two kept sizes the second size's points were C5-C9 against a legend in
+    C0-C4 (the cycle wraps at 10); the committed figures (5 and 3 kept sizes) had their
+    legends in C5-C9, some sizes' points in C0-C4."""
+    from matplotlib.colors import to_rgb
+
+    per = {f"{s}@{k}": {"predicted": [0.5, 0.6], "measured": [0.4, 0.7]}
+           for k in (200, 50) for s in figures.SAMPLER_STYLE}
+    figures.predicted_vs_measured({"per_position": per, "n_steps": 10}, tmp_path / "p.png")
+    (ax,) = drawn[0].axes
+    legend = ax.get_legend()
+    colour = {t.get_text(): tuple(h.get_facecolor()[0][:3])
+              for t, h in zip(legend.get_texts(), legend.legend_handles)}
+    assert len(set(colour.values())) == len(figures.SAMPLER_STYLE)  # one colour each
+    points = [c for c in ax.collections if len(c.get_offsets())]
+    assert len(points) == len(per)
+    for key, c in zip(per, points):
+        label = figures.SAMPLER_STYLE[key.split("@")[0]][0]
+        assert tuple(c.get_facecolor()[0][:3]) == colour[label], key
+    # the colours acceptance_vs_kept's lines take, C0-C4 in the samplers' order
+    assert [colour[label] for label, _, _ in figures.SAMPLER_STYLE.values()] == [
+        to_rgb(f"C{i}") for i in range(len(figures.SAMPLER_STYLE))]
+
+
+def test_redraw_draws_a_finished_runs_points_from_its_files(tmp_path, drawn):
+    """figures.redraw redraws predicted_vs_measured.png from report.json and
+    per_position.npz alone (no model): each (sampler, kept size) in the file's order."""
+    import json
+
+    rng = np.random.default_rng(1)
+    arrays = {f"{s}@{k}:{w}": rng.random(4).astype(np.float32)
+              for k in (64, 8) for s in ("vanilla", "tli") for w in ("predicted", "measured")}
+    np.savez_compressed(tmp_path / "per_position.npz", **arrays)
+    (tmp_path / "report.json").write_text(json.dumps({"study": {"n_steps": 77}}))
+    (tmp_path / "predicted_vs_measured.png").write_text("an older figure")
+    path = figures.redraw(tmp_path)
+    assert path == tmp_path / "predicted_vs_measured.png" and path.read_bytes()[:4] == b"\x89PNG"
+    (ax,) = drawn[-1].axes
+    pts = [c.get_offsets() for c in ax.collections if len(c.get_offsets())]
+    keys = list(dict.fromkeys(name.rsplit(":", 1)[0] for name in arrays))
+    assert len(pts) == len(keys) == 4
+    for off, key in zip(pts, keys):
+        np.testing.assert_array_equal(off[:, 0], arrays[f"{key}:predicted"])
+        np.testing.assert_array_equal(off[:, 1], arrays[f"{key}:measured"])
+    assert "77 steps" in ax.get_ylabel()

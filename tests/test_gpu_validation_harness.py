@@ -114,13 +114,18 @@ def test_the_false_alarm_rate_is_split_over_every_check_of_the_run(run):
 
 
 def test_every_check_counts_towards_the_pass(run):
-    """n_checks: every study check, every end-to-end check, and the top-k bound (--topk)."""
+    """n_checks: every study check, every end-to-end check, the two deterministic checks per
+    kept size (vanilla == TLI, TLI <= p(I)) and the top-k bound (--topk)."""
     report, _, _ = run
     n_study = sum(len(r["checks"]) for r in report["study"]["rows"])
     assert n_study == len(KEPT) * len(SAMPLERS)
-    assert report["n_checks"] == n_study + len(report["speculative"]) + 1
-    parts = ([c["pass"] for r in report["study"]["rows"] for c in r["checks"].values()]
+    rows = report["study"]["rows"]
+    assert all(list(r["deterministic_checks"]) == list(study.DETERMINISTIC_CHECKS) for r in rows)
+    n_exact = 2 * len(KEPT)
+    assert report["n_checks"] == n_study + len(report["speculative"]) + n_exact + 1
+    parts = ([c["pass"] for r in rows for c in r["checks"].values()]
              + [e["check"]["pass"] for e in report["speculative"]]
+             + [c["pass"] for r in rows for c in r["deterministic_checks"].values()]
              + [report["laws_file"]["bound_holds"]])
     assert report["all_checks_pass"] is all(parts)
 
@@ -197,7 +202,8 @@ def test_a_failed_check_fails_the_run_and_the_command(tiny, tmp_path, monkeypatc
     stats.assert_run_checks_pass(report, study_only=True)
     assert all(c["pass"] for r in report["study"]["rows"] for c in r["checks"].values())
     assert report["all_checks_pass"] is False and rc == 1
-    assert report["n_checks"] == len(SAMPLERS) + 2  # K = 50: study + TLI and marginal e2e
+    # K = 50: study + TLI and marginal e2e + vanilla == TLI and TLI <= p(I)
+    assert report["n_checks"] == len(SAMPLERS) + 2 + 2
     assert "SOME CHECKS FAILED" in lines and "ALL CHECKS PASS" not in lines
     e2e = [ln for ln in lines if ln.startswith("e2e K=50") and "(p=" in ln]  # not the log lines
     assert len(e2e) == 2 and all(ln.endswith(" FAIL") for ln in e2e)
@@ -236,8 +242,9 @@ def test_collection_draws_one_bar_step_per_text(monkeypatch, capsys, progress):
     monkeypatch.setattr(collect, "collect", fake_collect)
     monkeypatch.setattr(collect, "read_text", lambda name: "a b")
     monkeypatch.setattr(collect, "tokenize", lambda tok, text: [0, 1])
-    harness.collect_pair(harness.RunConfig(target="t", drafter="d", progress=progress),
-                         log=lambda *a: None)
+    # no kept sizes: the stub models have no LM head whose width they could be checked on
+    harness.collect_pair(harness.RunConfig(target="t", drafter="d", progress=progress, kept=(),
+                                           e2e_kept=()), log=lambda *a: None)
     ev, ca = collect.EVAL_TEXTS, collect.CALIB_TEXTS
     if progress:
         assert seen == [(tuple(ev), (len(ev), "teacher-forcing evaluation texts")),
