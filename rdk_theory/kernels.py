@@ -187,7 +187,11 @@ class _DeviceCopies:
         read_only = state.pop("_read_only", ())
         self.__dict__.update(state)
         for name in read_only:
-            getattr(self, name).setflags(write=False)
+            arr = getattr(self, name)
+            if not arr.flags.owndata:  # over the pickle's bytes: its own copy, which
+                arr = arr.copy()  # numpy_to_torch can hand to torch without a warning
+                setattr(self, name, arr)
+            arr.setflags(write=False)
         self._torch = self._new_torch()
 
 

@@ -265,6 +265,23 @@ def test_a_maps_scatter_plan_and_a_kernels_own_arrays_are_read_only():
     assert mine.flags.writeable  # the caller's array is left as it was
 
 
+def test_a_torch_transport_of_a_kernels_read_only_arrays_warns_nothing():
+    """Read-only, a kernel's own ``w`` and matrix made torch warn, on the first torch transport
+    of the process, that writing to a non-writable array is undefined. In a fresh process
+    (torch shows that warning once per process), under ``-W error``."""
+    import subprocess
+    import sys
+
+    code = ("import numpy as np, torch, rdk_theory as rt\n"
+            "q = torch.tensor([1.0, 0.0], dtype=torch.float64)\n"
+            "for k in (rt.MarginalKernel(np.array([0.5, 0.5]), 0.5), rt.DenseKernel(np.eye(2))):\n"
+            "    k.transport(q)\n"
+            "    assert not (getattr(k, 'w', None) if hasattr(k, 'w') else k.matrix).flags.writeable\n")
+    run = subprocess.run([sys.executable, "-W", "error", "-c", code], capture_output=True,
+                         text=True, timeout=120)
+    assert run.returncode == 0, run.stderr[-2000:]
+
+
 def test_pruned_draft_probs_refuses_a_too_narrow_vocabulary():
     vm = rt.VocabMap.from_kept_ids([0, 5], 6)
     for q in (np.full(4, 0.25), torch.full((4,), 0.25)):
