@@ -36,7 +36,8 @@ from ._progress import progress
 from .validation import (KERNEL_ATOL, InputError, as_calibration, as_count, as_prob_array,
                          as_real_array, as_real_tensor, check_nonnegative, check_not_a_class,
                          check_row_stochastic, check_tau, is_rational_array, known_shape,
-                         numpy_to_torch, python_ints, real_number, rounding_atol)
+                         numpy_to_torch, python_ints, read_only_view, real_number,
+                         rounding_atol)
 from .vocab import check_vocab_map
 
 
@@ -171,27 +172,15 @@ class _DeviceCopies:
     """Kernels that keep torch copies of their arrays (``_torch``, one per device and dtype)
     pickle and deep-copy without them, as :class:`~rdk_theory.vocab.VocabMap` does: they may
     live on a device the reader lacks, and on the host a float64 copy shares the kernel's own
-    array, which the pickle then held twice. Read-only arrays come back read-only."""
+    array, which the pickle then held twice."""
 
     _new_torch = _DeviceCache
 
     def __getstate__(self):
-        state = {k: v for k, v in self.__dict__.items() if k != "_torch"}
-        # numpy unpickles every array writable: name the read-only ones (w, the matrix)
-        state["_read_only"] = [k for k, v in state.items()
-                               if isinstance(v, np.ndarray) and not v.flags.writeable]
-        return state
+        return {k: v for k, v in self.__dict__.items() if k != "_torch"}
 
     def __setstate__(self, state):
-        state = dict(state)
-        read_only = state.pop("_read_only", ())
         self.__dict__.update(state)
-        for name in read_only:
-            arr = getattr(self, name)
-            if not arr.flags.owndata:  # over the pickle's bytes: its own copy, which
-                arr = arr.copy()  # numpy_to_torch can hand to torch without a warning
-                setattr(self, name, arr)
-            arr.setflags(write=False)
         self._torch = self._new_torch()
 
 
@@ -252,23 +241,28 @@ class DenseKernel(_DeviceCopies):
                                  if atol is None else atol)
             if not exact:
                 m = _rows_renormalised(m, sums, owned=not shared)
-        if not shared:  # the kernel's own copy: read-only, like a VocabMap's ids (an edit
-            m.setflags(write=False)  # reached numpy and float64 torch, not a float32 copy)
-        self.matrix = m
+        self._matrix, self._shared = m, shared
         self.n = int(m.shape[0])
         self._torch = _DeviceCache()
+
+    @property
+    def matrix(self):
+        """``M`` (N_T, N_T): a read-only view of the kernel's own copy (an edit reached numpy
+        and float64 torch but not a float32 copy, after the checks), or with ``copy=False``
+        the caller's array itself."""
+        return self._matrix if self._shared else read_only_view(self._matrix)
 
     def transport(self, q_prime):
         """``M^T q'`` for ``q'`` (..., N_T): numpy, Fractions or a torch tensor on its device."""
         check_width(q_prime, self.n)
         q_prime = real_input(q_prime)
         if B.is_torch(q_prime):
-            return q_prime @ self._torch.get("m", self.matrix, q_prime)
-        return settled(q_prime @ self.matrix)
+            return q_prime @ self._torch.get("m", self._matrix, q_prime)
+        return settled(q_prime @ self._matrix)
 
     def row_sums(self):
         """The row sums of ``M`` (N_T,): 1 up to round-off, checked when the kernel is made."""
-        return self.matrix.sum(axis=1)
+        return self._matrix.sum(axis=1)
 
 
 class SparseKernel(_DeviceCopies):
@@ -363,11 +357,11 @@ class MarginalKernel(_DeviceCopies):
         # device) is copied to the host, and transport moves it to each input's device. A float
         # w (validated to sum to 1 within PROB_ATOL) is renormalised so that the kernel is
         # row-stochastic to round-off; Fraction entries sum to 1 exactly already.
-        self.w = np.array(B.to_numpy(w), copy=True)
-        if self.w.dtype != object:
-            self.w = self.w.astype(np.float64)  # an integer tensor (a point mass) included
-            self.w /= self.w.sum()
-        self.w.setflags(write=False)  # checked once: read-only, like a VocabMap's ids
+        own = np.array(B.to_numpy(w), copy=True)
+        if own.dtype != object:
+            own = own.astype(np.float64)  # an integer tensor (a point mass) included
+            own /= own.sum()
+        self._w = own
         self.lam = lam
         self.n = int(w.shape[0])
         self._torch = _DeviceCache()
@@ -409,24 +403,30 @@ class MarginalKernel(_DeviceCopies):
         mu = cal.mean(axis=0)
         return mu, (float(mu[oov].sum()) if oov.size else 0.0)
 
+    @property
+    def w(self):
+        """``w`` (N_T,): a read-only view of the kernel's own copy (checked once; an edit
+        reached numpy and float64 torch but not a float32 copy)."""
+        return read_only_view(self._w)
+
     def transport(self, q_prime):
         """``(1 - lam) q' + lam q'(T) w`` for ``q'`` (..., N_T): O(N), exact on Fractions."""
         check_width(q_prime, self.n)
         lam = self.lam
         q_prime = real_input(q_prime)  # a list as an array (a float times a list: TypeError)
         if B.is_torch(q_prime):  # torch takes no Fraction: lam as a float
-            w, lam = self._torch.get("w", self.w, q_prime), float(lam)
+            w, lam = self._torch.get("w", self._w, q_prime), float(lam)
             return (1 - lam) * q_prime + lam * B.total(q_prime, keepdims=True) * w
-        return settled((1 - lam) * q_prime + lam * B.total(q_prime, keepdims=True) * self.w)
+        return settled((1 - lam) * q_prime + lam * B.total(q_prime, keepdims=True) * self._w)
 
     def row_sums(self):
         """The row sums of ``M``, all ``(1 - lam) + lam sum w`` (one value stands for all)."""
-        return np.array([(1 - self.lam) + self.lam * self.w.sum()])
+        return np.array([(1 - self.lam) + self.lam * self._w.sum()])
 
     def dense(self):
         """``M`` as an (N_T, N_T) array: Fractions for an exact kernel, else float64."""
-        eye = np.eye(self.n, dtype=self.w.dtype)  # an object eye holds the ints 0 and 1
-        return settled((1 - self.lam) * eye + self.lam * np.tile(self.w, (self.n, 1)))
+        eye = np.eye(self.n, dtype=self._w.dtype)  # an object eye holds the ints 0 and 1
+        return settled((1 - self.lam) * eye + self.lam * np.tile(self._w, (self.n, 1)))
 
 
 def calibration_covariance(calibration_probs):

@@ -226,26 +226,24 @@ def same_backend(a, b, names=("a", "b")):
 
 def numpy_to_torch(array: np.ndarray, dtype=None, device=None):
     """``torch.as_tensor`` of a numpy array of any layout: one with a negative stride (``p[::-1]``,
-    ``np.flip``), which torch refuses with a ValueError, is copied first. A read-only array is
-    shared as it is: one that owns its data (a kernel's own ``w`` or matrix, read-only so that
-    no one edits it after its checks) is made writable for the call only, so that torch does
-    not warn that writing to it would be undefined (this package never writes to it); on
-    another one (a ``np.broadcast_to`` view, say) torch warns once per process. (Silencing
-    the warning with ``warnings.catch_warnings`` reset the process's warning registry.)"""
+    ``np.flip``), which torch refuses with a ValueError, is copied first. A read-only one (a
+    ``np.broadcast_to`` view, say) is shared as it is, and torch warns once per process that
+    writing to it would be undefined (this package never does); the kernels hand torch their
+    own writable arrays, of which they show read-only views."""
     import torch
 
     if any(s < 0 for s in array.strides):
         array = np.ascontiguousarray(array)
-    if array.flags.writeable:
-        return torch.as_tensor(array, dtype=dtype, device=device)
-    try:
-        array.setflags(write=True)
-    except ValueError:  # a view of read-only memory
-        return torch.as_tensor(array, dtype=dtype, device=device)
-    try:
-        return torch.as_tensor(array, dtype=dtype, device=device)
-    finally:
-        array.setflags(write=False)
+    return torch.as_tensor(array, dtype=dtype, device=device)
+
+
+def read_only_view(array: np.ndarray) -> np.ndarray:
+    """A read-only view of ``array`` (which stays as it is): what an object shows of an array
+    it owns and has checked, so that no one edits it afterwards, while its own code (and
+    torch, which warns on a read-only array) reads the writable original."""
+    view = array.view()
+    view.setflags(write=False)
+    return view
 
 
 #: The largest count or size accepted (:func:`as_count`, :func:`int_at_least`): int64's, the

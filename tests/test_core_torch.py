@@ -352,6 +352,10 @@ def test_a_numpy_array_of_any_layout_pairs_with_a_tensor():
         moved = rt.DenseKernel(flipped, copy=False).transport(r)
         assert moved.tolist() == [0.3, 0.2, 0.5]
     assert warnings.filters == filters
+    with warnings.catch_warnings():  # reading the flags of a broadcast_arrays output warns
+        warnings.filterwarnings("error", category=FutureWarning)
+        both = np.broadcast_arrays(np.full(3, 1 / 3), np.zeros((2, 3)))[0]
+        assert rt.acceptance_rate(both, r).tolist() == pytest.approx([5 / 6, 5 / 6])
     seen = []
     with warnings.catch_warnings(record=True) as seen:
         warnings.simplefilter("default")
