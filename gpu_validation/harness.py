@@ -157,8 +157,11 @@ def collect_pair(cfg: RunConfig, log=print):
     if width is not None:
         log(f"LM heads of {tgt.output_width:,} and {drf.output_width:,} rows: both read over "
             f"their first {width:,} ids (past the tokenizer's {len(tgt.tokenizer):,})")
-    if cfg.kept or cfg.e2e_kept:  # the laws' width: the shared rows, or the heads' common one
-        _refuse_big_kept(cfg, width if width is not None else tgt.output_width)
+    n = width if width is not None else tgt.output_width  # the laws' width
+    if cfg.kept or cfg.e2e_kept:
+        _refuse_big_kept(cfg, n)
+    if not 1 <= cfg.sparse_k <= n:  # the study refuses it too, after an earlier run's files
+        raise InputError(f"sparse_k must be in 1..{n} (the vocabulary), got {cfg.sparse_k}")
     ev = _collect_with_bar(tgt, drf, collect.EVAL_TEXTS, "teacher-forcing evaluation texts", cfg)
     ca = _collect_with_bar(tgt, drf, collect.CALIB_TEXTS, "teacher-forcing calibration texts", cfg)
     cal_ids = [collect.tokenize(tgt.tokenizer, collect.read_text(n)) for n in collect.CALIB_TEXTS]

@@ -207,6 +207,10 @@ def test_a_run_refused_after_loading_leaves_the_earlier_run_in_place(tiny, tmp_p
     with pytest.raises(InputError, match="kept size 400 exceeds"):
         harness.run(_tiny_cfg(tiny, out, kept=(400,), e2e_kept=(400,)), log=_quiet)
     assert (out / "report.json").read_text() == "from an earlier run"
+    # the study's own refusal of sparse_k came after the earlier run's files were gone
+    with pytest.raises(InputError, match=r"sparse_k must be in 1\.\.300"):
+        harness.run(_tiny_cfg(tiny, out, sparse_k=1000), log=_quiet)
+    assert (out / "report.json").read_text() == "from an earlier run"
 
 
 # ---------------------------------------------------------------- report and summary fields
