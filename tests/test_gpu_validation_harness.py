@@ -228,7 +228,7 @@ def test_collection_draws_one_bar_step_per_text(monkeypatch, capsys, progress):
     from types import SimpleNamespace
 
     vocab = {"a": 0, "b": 1}
-    lm = SimpleNamespace(tokenizer=SimpleNamespace(get_vocab=lambda: vocab))
+    lm = SimpleNamespace(tokenizer=SimpleNamespace(get_vocab=lambda: vocab), output_width=32)
     seen = []
 
     def fake_collect(tgt, drf, texts, *, device, progress):
@@ -242,7 +242,7 @@ def test_collection_draws_one_bar_step_per_text(monkeypatch, capsys, progress):
     monkeypatch.setattr(collect, "collect", fake_collect)
     monkeypatch.setattr(collect, "read_text", lambda name: "a b")
     monkeypatch.setattr(collect, "tokenize", lambda tok, text: [0, 1])
-    # no kept sizes: the stub models have no LM head whose width they could be checked on
+    # no kept sizes: the stub models are checked on their head width only (sparse_k 16 <= 32)
     harness.collect_pair(harness.RunConfig(target="t", drafter="d", progress=progress, kept=(),
                                            e2e_kept=()), log=lambda *a: None)
     ev, ca = collect.EVAL_TEXTS, collect.CALIB_TEXTS
