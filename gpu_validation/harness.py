@@ -160,8 +160,7 @@ def collect_pair(cfg: RunConfig, log=print):
     n = width if width is not None else tgt.output_width  # the laws' width
     if cfg.kept or cfg.e2e_kept:
         _refuse_big_kept(cfg, n)
-    if not 1 <= cfg.sparse_k <= n:  # the study refuses it too, after an earlier run's files
-        raise InputError(f"sparse_k must be in 1..{n} (the vocabulary), got {cfg.sparse_k}")
+    study.check_sparse_k(cfg.sparse_k, n)  # before an earlier run's files go
     ev = _collect_with_bar(tgt, drf, collect.EVAL_TEXTS, "teacher-forcing evaluation texts", cfg)
     ca = _collect_with_bar(tgt, drf, collect.CALIB_TEXTS, "teacher-forcing calibration texts", cfg)
     cal_ids = [collect.tokenize(tgt.tokenizer, collect.read_text(n)) for n in collect.CALIB_TEXTS]

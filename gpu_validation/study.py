@@ -56,6 +56,13 @@ def accepted_count(p, r, n_steps: int, rng, chunk: int | None = None) -> int:
     return accepted
 
 
+def check_sparse_k(sparse_k: int, n: int) -> None:
+    """InputError unless the sparse exact kernel's ``sparse_k`` is in ``1..n`` (the laws'
+    width): the study checks it, and the harness before an earlier run's files go."""
+    if not 1 <= sparse_k <= n:
+        raise InputError(f"sparse_k must be in 1..{n} (the vocabulary), got {sparse_k}")
+
+
 def deterministic_checks(a_vanilla, a_tli, cap) -> dict:
     """The exact relations of one kept size, per position (arrays of the same length):
     ``vanilla_equals_tli`` (``|alpha_vanilla - alpha_tli| <= EXACT_ROUNDOFF``) and
@@ -102,8 +109,7 @@ def acceptance_study(p, q, counts, kept_sizes, *, mu, factor, p_cal, q_cal, n_st
     if p.shape[0] == 0 or len(p_cal) == 0:  # a numpy error, or NaN tau tables, before
         raise InputError(f"the study needs evaluation and calibration positions, got "
                          f"{p.shape[0]} and {len(p_cal)}")
-    if not 1 <= sparse_k <= n:  # a torch error inside the sparse kernel's top-k, before
-        raise InputError(f"sparse_k must be in 1..{n} (the vocabulary), got {sparse_k}")
+    check_sparse_k(sparse_k, n)  # a torch error inside the sparse kernel's top-k, before
     scale = float(np.max(np.sum(np.asarray(factor, dtype=np.float64) ** 2, axis=0)))
     if not scale > 0:  # the kernels' tau grid is multiples of the largest variance
         raise InputError("the calibration rows do not vary (their covariance is 0), so the "
