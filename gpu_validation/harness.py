@@ -192,8 +192,7 @@ def run(cfg: RunConfig, log=print) -> dict:
     if big:  # refused before the models load, not out of memory at the end
         raise InputError(f"timing size {big[0]:,} exceeds {timing.MAX_SIZE:,} (4x the largest "
                          "built-in vocabulary, Gemma 3's 262,144)")
-    for spec in (cfg.target, cfg.drafter):
-        models.check_spec(spec, fetch_missing=cfg.fetch_missing)
+    models.check_specs(cfg.target, cfg.drafter, fetch_missing=cfg.fetch_missing)
     with out_folder(cfg.out):
         check_targets(cfg.out, OUTPUT_FILES)  # a folder there would fail only at the end
         return _run_stages(cfg, Path(cfg.out), log)

@@ -362,6 +362,18 @@ def check_spec(spec: str, *, fetch_missing: bool = False) -> None:
             raise ModelError(f"{spec}: no such file or folder")
 
 
+def check_specs(*specs: str, fetch_missing: bool = False) -> None:
+    """:func:`check_spec` for each of ``specs``, in two rounds: first what is wrong with a spec
+    as written (empty, malformed, a missing local path), then which built-in is not fetched.
+    ``--drafter ''`` was answered with the default target's "not fetched", and the empty name
+    came only after a fetch."""
+    for spec in specs:
+        check_spec(spec, fetch_missing=True)
+    if not fetch_missing:
+        for spec in specs:
+            check_spec(spec)
+
+
 #: The extra of rdk-theory that provides each module the loaders import.
 BACKEND_EXTRAS = {"torch": "torch", "transformers": "models", "gguf": "models"}
 

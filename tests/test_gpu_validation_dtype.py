@@ -84,10 +84,12 @@ def test_cli_refuses_an_unknown_dtype(capsys):
     assert "--dtype" in capsys.readouterr().err
 
 
-def test_first_load_of_a_builtin_computes_from_its_bf16_cache(tiny, tmp_path, monkeypatch):
+def test_first_load_of_a_builtin_computes_from_its_bf16_cache(tiny, tmp_path, monkeypatch,
+                                                             stub_backends):
     """A GGUF's float32 dequantisation is not bf16-exact; the load that writes the bf16 cache
     must hand back the cache's weights, so that the first run's numbers are every later run's.
-    Here the "GGUF" is the tiny float32 model (the GGUF reader is replaced)."""
+    Here the "GGUF" is the tiny float32 model (the GGUF reader is replaced: gguf is not
+    needed)."""
     from pathlib import Path
 
     monkeypatch.setenv("RDK_THEORY_CACHE", str(tmp_path))

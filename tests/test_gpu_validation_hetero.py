@@ -134,13 +134,17 @@ def test_cli_rejects_bad_run_options(capsys, option, value):
     assert len(err) == 1 and err[0].startswith("error: ") and option in err[0], err
 
 
-def test_cuda_without_a_gpu_is_a_one_line_error_for_both_studies(capsys):
+def test_cuda_without_a_gpu_is_a_one_line_error_for_both_studies(capsys, monkeypatch, tmp_path):
     """``--device cuda`` where torch sees no GPU: exit 2 and an ``error:`` line, before any
-    model or tokenizer is touched (the heterogeneous study used to fail later, with a traceback)."""
+    model or tokenizer is touched (the heterogeneous study used to fail later, with a traceback),
+    and before a built-in model is found unfetched (the empty cache: the heterogeneous study
+    said "not fetched" first, the main one the device)."""
     torch = pytest.importorskip("torch")
     if torch.cuda.is_available():
         pytest.skip("a CUDA device is present")
     from rdk_theory.cli import main
+
+    monkeypatch.setenv("RDK_THEORY_CACHE", str(tmp_path))
 
     for extra in ([], ["--hetero"]):
         assert main(["validate", "--device", "cuda", *extra]) == 2
@@ -261,7 +265,8 @@ def test_hetero_reads_a_comma_separated_drafter_list(monkeypatch, tmp_path, caps
     from rdk_theory.cli import main
 
     checked, ran = [], []
-    monkeypatch.setattr(cli, "check_spec", lambda spec, fetch_missing: checked.append(spec))
+    monkeypatch.setattr(cli, "check_specs",
+                        lambda *specs, fetch_missing: checked.extend(specs))
     monkeypatch.setattr(hetero, "run", lambda target, drafters, **kw: ran.append(
         (target, drafters, kw["out"])) or {})
     monkeypatch.setattr(hetero, "summary_lines", lambda report: ["table"])

@@ -81,8 +81,9 @@ def test_cache_dir_honours_the_environment(tmp_path, monkeypatch):
     assert models.cache_dir().parts[-2:] == ("rdk-theory", "models")
 
 
-def test_corrupted_cache_is_refused_at_load_time(tmp_path, monkeypatch):
-    """A GGUF in the cache with the wrong bytes is removed and never handed to transformers."""
+def test_corrupted_cache_is_refused_at_load_time(tmp_path, monkeypatch, stub_backends):
+    """A GGUF in the cache with the wrong bytes is removed and never handed to transformers
+    (nor gguf: the hash is checked first, so the test needs no gguf)."""
     monkeypatch.setenv("RDK_THEORY_CACHE", str(tmp_path))
     m = REGISTRY["smollm2-135m"]
     (tmp_path / m.gguf_name).write_bytes(b"not the model")
@@ -92,7 +93,8 @@ def test_corrupted_cache_is_refused_at_load_time(tmp_path, monkeypatch):
     assert not (tmp_path / m.gguf_name).exists()
 
 
-def test_unfetched_builtin_is_an_error_not_a_fallback(tmp_path, monkeypatch):
+def test_unfetched_builtin_is_an_error_not_a_fallback(tmp_path, monkeypatch, stub_backends):
+    """(Without gguf the loader's first answer is that gguf is missing; stubbed here.)"""
     monkeypatch.setenv("RDK_THEORY_CACHE", str(tmp_path))
     pytest.importorskip("torch")
     with pytest.raises(models.ModelError, match="not fetched"):

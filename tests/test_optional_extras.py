@@ -132,9 +132,11 @@ def test_the_loaders_refuse_before_reading_anything(monkeypatch, tmp_path):
     _needs("transformers")
     monkeypatch.setenv("RDK_THEORY_CACHE", str(tmp_path))  # empty: a fetch would be reached
     _block(monkeypatch, "torch")
+    _block(monkeypatch, "gguf")  # a built-in without its bf16 copy reads a GGUF: named too
     with pytest.raises(models.ModelError) as err:
         models.load("smollm2-135m", fetch_missing=True)
-    assert str(err.value) == f"cannot load the models: {NO_TORCH}"
+    assert str(err.value) == ("cannot load the models: torch and gguf are not installed "
+                              "(pip install 'rdk-theory[torch,models]')")
     _block(monkeypatch, "transformers")
     with pytest.raises(models.ModelError) as err:
         models.load_tokenizer("Qwen/Qwen2.5-0.5B")
@@ -238,8 +240,8 @@ def test_report_without_a_real_source_says_so(monkeypatch, capsys, tmp_path):
      ("transformers",), f"cannot load the models: {NO_TRANSFORMERS}"),
     (["validate", "--device", "cuda", "--quick"], ("torch",), f"--device cuda: {NO_TORCH}"),
     (["validate", "--hetero"], ("transformers",), f"cannot load the models: {NO_TRANSFORMERS}"),
-    (["validate", "--hetero", "--device", "cuda"], ("torch",),
-     f"cannot load the models: {NO_TORCH}"),
+    # the device first, as in the main study (it was the models' message here)
+    (["validate", "--hetero", "--device", "cuda"], ("torch",), f"--device cuda: {NO_TORCH}"),
     (["models", "fetch", "--load", "smollm2-135m"], ("torch",),
      f"cannot load the models: {NO_TORCH}"),
 ])

@@ -219,12 +219,33 @@ def test_specs_and_default_sizes_are_checked_as_given(tmp_path, capsys, loaded, 
     assert loaded == [] and not (tmp_path / "run").exists()
 
 
+@pytest.mark.parametrize("argv, message", [
+    (["--drafter", ""], "error: an empty model name"),
+    (["--target", "smollm2-135m", "--drafter", "truncated:x:smollm2-135m"],
+     "error: expected 'truncated:LAYERS:MODEL', got 'truncated:x:smollm2-135m'"),
+    (["--hetero", "--drafter", "smollm2-135m,/no/such.gguf"],
+     "error: the local .gguf file /no/such.gguf does not exist"),
+])
+def test_a_malformed_spec_is_named_before_an_unfetched_model(tmp_path, monkeypatch, capsys,
+                                                             loaded, argv, message):
+    """With nothing fetched, '--drafter ""' was answered with the default target's "not
+    fetched" (and fetching it brought the empty name only then): every spec's form is checked
+    before any built-in's fetched state."""
+    monkeypatch.setenv("RDK_THEORY_CACHE", str(tmp_path / "empty"))
+    no_timing = [] if "--hetero" in argv else ["--no-timing"]
+    assert main(["validate", *argv, *no_timing, "--out", str(tmp_path / "run")]) == 2
+    assert _error_line(capsys).startswith(message)
+    assert loaded == [] and not (tmp_path / "run").exists()
+
+
 @pytest.mark.parametrize("hetero", [(), ("--hetero",)])
 def test_a_corrupt_gguf_is_one_error_line_naming_it(tmp_path, capsys, hetero):
     """A file with the GGUF magic and garbage after it was struct.error's 38-line traceback
     (random bytes with --hetero: ValueError's), exit 1: the status of a failed check."""
     for module in ("torch", "transformers", "gguf"):  # the loaders really read the file
         pytest.importorskip(module)
+    if hetero and not models.is_fetched(models.get_builtin("smollm2-135m")):
+        pytest.skip("needs smollm2-135m fetched (rdk-theory models fetch smollm2-135m)")
     bad = tmp_path / "bad.gguf"
     bad.write_bytes(b"GGUF\x03\x00\x00\x00garbage")
     drafter = ("--drafter", "smollm2-135m") if hetero else ("--drafter", str(bad))
@@ -258,7 +279,8 @@ def test_hetero_reads_each_drafter_once_without_the_target(tmp_path, monkeypatch
     from gpu_validation import cli, hetero
 
     checked, ran = [], []
-    monkeypatch.setattr(cli, "check_spec", lambda spec, fetch_missing: checked.append(spec))
+    monkeypatch.setattr(cli, "check_specs",
+                        lambda *specs, fetch_missing: checked.extend(specs))
     monkeypatch.setattr(hetero, "run", lambda target, drafters, **kw: ran.append(
         (target, drafters)) or {})
     monkeypatch.setattr(hetero, "summary_lines", lambda report: [])
