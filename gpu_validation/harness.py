@@ -205,10 +205,6 @@ def _run_stages(cfg: RunConfig, out: Path, log) -> dict:
     tgt, drf, ev, ca, counts = collect_pair(cfg, log)
     _refuse_big_kept(cfg, len(counts))  # collect_pair refused these on the heads' width
     dur["load_and_collect_s"] = time.perf_counter() - t0
-    # this run's first file is next: an earlier run's files go first, all of them (a figure
-    # this run skips or is interrupted drawing, a report beside this run's laws.npz)
-    _remove_previous(out)
-    laws = save_laws(out / "laws.npz", ev, ca, cfg.topk) if cfg.topk else None
     sel = np.arange(ev.p.shape[0])
     if cfg.max_positions and cfg.max_positions < sel.size:
         sel = np.linspace(0, sel.size - 1, cfg.max_positions).round().astype(int)
@@ -224,6 +220,11 @@ def _run_stages(cfg: RunConfig, out: Path, log) -> dict:
     t2 = time.perf_counter()
     e2e = end_to_end(cfg, tgt, drf, counts, mu, factor, st["taus"], rng, log, st["n_tests"])
     dur["speculative_s"] = time.perf_counter() - t2
+    # this run's first file is next: an earlier run's files go first, all of them (a figure
+    # this run skips or is interrupted drawing, a report beside this run's laws.npz), and not
+    # sooner (a study or generation that fails, or is interrupted, leaves them in place)
+    _remove_previous(out)
+    laws = save_laws(out / "laws.npz", ev, ca, cfg.topk) if cfg.topk else None
     dur["total_s"] = time.perf_counter() - t0
     checks = [c["pass"] for r in st["rows"] for c in r["checks"].values()]
     checks += [e["check"]["pass"] for e in e2e]

@@ -213,6 +213,28 @@ def test_a_run_refused_after_loading_leaves_the_earlier_run_in_place(tiny, tmp_p
     assert (out / "report.json").read_text() == "from an earlier run"
 
 
+@pytest.mark.parametrize("stage", ["acceptance_study", "end_to_end"])
+def test_a_run_that_fails_in_the_study_or_generation_leaves_the_earlier_run(
+        tiny, tmp_path, monkeypatch, stage):
+    """A study refused on the data (no drafter mass on the kept ids, say), or a generation
+    that fails or is interrupted, came after the earlier run's files (and, with --topk, this
+    run's laws.npz beside them) had gone: now nothing is removed or written until both are
+    done."""
+    out = tmp_path / "run"
+    out.mkdir()
+    for name in ("report.json", "laws.npz"):
+        (out / name).write_text("from an earlier run")
+
+    def fails(*a, **kw):
+        raise InputError(f"{stage} failed")
+
+    monkeypatch.setattr(study if stage == "acceptance_study" else harness, stage, fails)
+    with pytest.raises(InputError, match=f"{stage} failed"):
+        harness.run(_tiny_cfg(tiny, out, topk=8), log=_quiet)
+    assert sorted(p.name for p in out.iterdir()) == ["laws.npz", "report.json"]
+    assert all((out / n).read_text() == "from an earlier run" for n in ("laws.npz", "report.json"))
+
+
 # ---------------------------------------------------------------- report and summary fields
 
 
