@@ -10,14 +10,18 @@ side, round-robin, medians of ``--repeats`` runs (:func:`rdk_theory._timing.medi
 * ``decode_triton`` / ``decode_torch``: ``rdk_proposal_with_acceptance(p, q, vm, kernel)``
   from the drafter's (batch, N / 2) ``q``: TLI's scatter and the first-order proposal and its
   acceptance, with ``engine="auto"`` (the Triton engine, at every size: the script sets
-  ``_triton.MIN_ELEMENTS`` to 0) and ``engine="numpy"`` (the torch path);
+  ``_triton.MIN_ELEMENTS`` to 0; it reads ``q`` through the map, TLI's scatter fused into its
+  passes) and ``engine="numpy"`` (the torch path);
+* ``decode_triton_scatter``: the same call as the Triton engine made it before that fusion,
+  TLI's scatter by torch and then the engine on the scattered ``r``;
 * ``kernel_triton``: ``transport_with_acceptance(r, p, normalise=True)`` on the scattered
   ``r`` alone, the part the Triton engine replaces;
 * ``*_graph``: the floor and ``decode_triton`` captured once in a CUDA graph and replayed,
   which removes the launch costs that set the time at small batches.
 
-Reported per cell: each time, each ratio to the floor (the graph one to the floor's graph), and
-the largest difference between the two engines' proposals and acceptances. From the
+Reported per cell: each time, each ratio to the floor (the graph one to the floor's graph), the
+largest difference between the two engines' proposals and acceptances, and between the fused
+and unfused Triton calls. From the
 repository root on a CUDA machine:
 
     python benchmarks/bench_gpu.py --out DIR      # DIR/bench_gpu.json; about a minute on an H200
@@ -70,19 +74,23 @@ def cell(n, batch, s, tau, repeats, rng, torch):
         "floor": lambda: rt.acceptance_rate(p, r, check=False),
         "decode_triton": lambda: rt.rdk_proposal_with_acceptance(p, q, vm, fast, check=False),
         "decode_torch": lambda: rt.rdk_proposal_with_acceptance(p, q, vm, slow, check=False),
+        "decode_triton_scatter": lambda: fast.transport_with_acceptance(
+            rt.vanilla_proposal(q, vm, check=False), p, normalise=True),
         "kernel_triton": lambda: fast.transport_with_acceptance(r, p, normalise=True),
     }
-    a, b = fns["decode_triton"](), fns["decode_torch"]()
+    a, b, c = fns["decode_triton"](), fns["decode_torch"](), fns["decode_triton_scatter"]()
     diff_out = float((a[0] - b[0]).abs().max())
     diff_alpha = float((a[1] - b[1]).abs().max())
+    diff_fused = max(float((a[0] - c[0]).abs().max()), float((a[1] - c[1]).abs().max()))
     fns["floor_graph"] = _graph(fns["floor"], torch)
     fns["decode_triton_graph"] = _graph(fns["decode_triton"], torch)
     t = median_times(fns, repeats, sync=torch.cuda.synchronize)
     row = {"n": n, "batch": batch, **{f"{k}_ms": 1e3 * v for k, v in t.items()}}
-    for k in ("decode_triton", "decode_torch", "kernel_triton"):
+    for k in ("decode_triton", "decode_torch", "decode_triton_scatter", "kernel_triton"):
         row[f"{k}_ratio"] = t[k] / t["floor"]
     row["decode_triton_graph_ratio"] = t["decode_triton_graph"] / t["floor_graph"]
     row["max_diff_proposal"], row["max_diff_alpha"] = diff_out, diff_alpha
+    row["max_diff_fused_vs_scatter"] = diff_fused
     return row
 
 
@@ -110,6 +118,7 @@ def main(argv=None):
             rows.append(row)
             print(f"N={n:7d} batch={batch:5d} floor {row['floor_ms']:.3f} ms | decode: triton "
                   f"{row['decode_triton_ratio']:.2f}x torch {row['decode_torch_ratio']:.2f}x "
+                  f"unfused {row['decode_triton_scatter_ratio']:.2f}x "
                   f"graph {row['decode_triton_graph_ratio']:.2f}x | kernel only "
                   f"{row['kernel_triton_ratio']:.2f}x | diff {row['max_diff_proposal']:.1e} "
                   f"{row['max_diff_alpha']:.1e}", flush=True)

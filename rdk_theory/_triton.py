@@ -89,13 +89,18 @@ def usable(kernel, q_prime, target_probs) -> bool:
     """Whether the call goes to this engine: an ``"auto"`` kernel of at most
     :data:`MAX_ROWS` factor rows, a float32 CUDA tensor of at least :data:`MIN_ELEMENTS`
     elements (and a target of the same shape, dtype and device when one is given), triton
-    importable. Anything else takes the torch path."""
+    importable. Anything else takes the torch path, and so does a tensor that requires grad
+    while autograd records: the Triton kernels have no backward pass (their output had no
+    gradient, silently)."""
     if kernel.engine != "auto" or not B.is_torch(q_prime) or not q_prime.is_cuda:
         return False
     import torch
 
     if (q_prime.dtype != torch.float32 or q_prime.numel() < MIN_ELEMENTS
             or kernel.factor.shape[0] > MAX_ROWS):  # q_prime has N on its last axis (checked)
+        return False
+    if torch.is_grad_enabled() and any(
+            B.is_torch(t) and t.requires_grad for t in (q_prime, target_probs)):
         return False
     if target_probs is not None and not (
             B.is_torch(target_probs) and target_probs.shape == q_prime.shape
@@ -104,26 +109,33 @@ def usable(kernel, q_prime, target_probs) -> bool:
     return available()
 
 
-def arrays(kernel, like):
+def arrays(kernel, like, vocab_map=None):
     """``(left, right, coef)`` float32 on ``like``'s device: ``[C / Z ; 0 ; 1 / Z ; 1]``
-    ((K + 2, N)), ``[C / tau ; 0]`` ((K, N)) and ``coef`` ((N,)), from the kernel's float64
-    matrices (the torch path's float32 copies are roundings of the same numbers)."""
+    ((K + 2, N); with ``vocab_map``, its columns in the drafter's order: :func:`_left_for`),
+    ``[C / tau ; 0]`` ((K, N)) and ``coef`` ((N,)), from the kernel's float64 matrices (the
+    torch path's float32 copies are roundings of the same numbers)."""
     import numpy as np
 
     s, n = kernel.factor.shape
     pad = padded_rows(s) - s
 
-    def left():  # built on the first call only: a copy of (K + 2) x N float64
-        products = kernel._float64_products()[0]  # [C/Z ; 1/Z ; 1]
-        return np.vstack([products[:s], np.zeros((pad, n)), products[s:]])
-
     def right():
         return np.vstack([kernel._float64_products()[1][:s], np.zeros((pad, n))])  # [C/tau ; 0]
 
     get = kernel._torch.get
-    return get("triton_left", left, like), get("triton_right", right, like,
-                                                                 *kernel._right_names()), \
+    left = (get("triton_left", lambda: _left_host(kernel), like) if vocab_map is None
+            else _left_for(kernel, vocab_map, like))
+    return left, get("triton_right", right, like, *kernel._right_names()), \
         get("k", kernel._coef, like)
+
+
+def _left_host(kernel):
+    """``L = [C / Z ; 0 ; 1 / Z ; 1]``, (K + 2, N) float64 (built for a device copy only)."""
+    import numpy as np
+
+    s, n = kernel.factor.shape
+    products = kernel._float64_products()[0]  # [C/Z ; 1/Z ; 1]
+    return np.vstack([products[:s], np.zeros((padded_rows(s) - s, n)), products[s:]])
 
 
 @functools.lru_cache(maxsize=None)
@@ -135,9 +147,9 @@ def _kernel():
 
     @triton.jit
     def first_order_pass(r_ptr, p_ptr, w_ptr, right_ptr, coef_ptr, out_ptr, part_ptr,
-                         n_rows, n, rows_per_group,
+                         source_ptr, n_rows, n, n_source, rows_per_group,
                          K: tl.constexpr, NORMALISE: tl.constexpr, WITH_P: tl.constexpr,
-                         BLOCK_B: tl.constexpr, BLOCK_N: tl.constexpr,
+                         GATHER: tl.constexpr, BLOCK_B: tl.constexpr, BLOCK_N: tl.constexpr,
                          PRECISION: tl.constexpr):
         block = tl.program_id(0)
         group = tl.program_id(1)
@@ -147,6 +159,9 @@ def _kernel():
         right = tl.load(right_ptr + ks[:, None].to(tl.int64) * n + cols[None, :],
                         mask=in_n[None, :], other=0.0)
         coef = tl.load(coef_ptr + cols, mask=in_n, other=0.0)
+        if GATHER:  # r_ptr is the drafter's q: column j of r is q's column source[j], or 0
+            source = tl.load(source_ptr + cols, mask=in_n, other=-1)
+            mapped = in_n & (source >= 0)
         w_stride = K + 2
         first = group * rows_per_group
         for step in range(0, rows_per_group // BLOCK_B):  # whole BLOCK_B steps
@@ -157,7 +172,11 @@ def _kernel():
                         other=0.0)
             sum_v = tl.load(w_ptr + rows * w_stride + K, mask=in_rows, other=0.0)
             offs = rows[:, None].to(tl.int64) * n + cols[None, :]
-            r = tl.load(r_ptr + offs, mask=mask, other=0.0)
+            if GATHER:
+                r = tl.load(r_ptr + rows[:, None].to(tl.int64) * n_source + source[None, :],
+                            mask=in_rows[:, None] & mapped[None, :], other=0.0)
+            else:
+                r = tl.load(r_ptr + offs, mask=mask, other=0.0)
             x = tl.dot(w, right, input_precision=PRECISION) + sum_v[:, None] + r * coef[None, :]
             if NORMALISE:
                 total = tl.load(w_ptr + rows * w_stride + K + 1, mask=in_rows, other=0.0)
@@ -194,20 +213,52 @@ def _kernel():
     return first_order_pass, clip_pass
 
 
-def first_order(kernel, q_prime, target_probs, *, normalise: bool):
+def usable_draft(kernel, draft_probs, vocab_map, target_probs) -> bool:
+    """Whether ``rdk_proposal_with_acceptance`` runs on this engine from the drafter's ``q``
+    itself (:func:`first_order` with ``vocab_map``): as :func:`usable` for the proposal's shape
+    (``q``'s leading axes, the target's ``N``), with a target of exactly that shape, and a map
+    that is not the identity (whose ``q`` is already ``r``)."""
+    if (getattr(kernel, "engine", None) != "auto" or vocab_map.scatter_plan[2]
+            or not (B.is_torch(draft_probs) and B.is_torch(target_probs))):
+        return False
+    import torch
+
+    if draft_probs.requires_grad and torch.is_grad_enabled():  # as in usable
+        return False
+    shape = (*draft_probs.shape[:-1], vocab_map.n_target)
+    if tuple(target_probs.shape) != shape or draft_probs.dtype != target_probs.dtype:
+        return False  # the shape test below is on the target, of the proposal's shape
+    return usable(kernel, target_probs, None) and draft_probs.device == target_probs.device
+
+
+def first_order(kernel, q_prime, target_probs, *, normalise: bool, vocab_map=None):
     """``(q'', alpha or None)`` of ``kernel`` for a float32 CUDA tensor ``q_prime`` (any
-    leading axes; see :func:`usable`), the numbers of the torch path to float32 round-off."""
+    leading axes; see :func:`usable`), the numbers of the torch path to float32 round-off.
+
+    With ``vocab_map`` (see :func:`usable_draft`), ``q_prime`` is the drafter's ``q`` and the
+    transported vector is that of ``r``, :func:`rdk_theory.vanilla_proposal` of it, which is
+    never written: the product reads ``q`` against the columns of ``L`` that its tokens map
+    to (a ``(K + 2, N_D)`` copy kept per map), and the pass reads ``r``'s entries from ``q``
+    through the map (``VocabMap.on_device("source")``). That saves TLI's scatter, which writes
+    a whole ``(batch, N)`` array, and reads ``q`` (``N_D`` columns) twice instead of ``r``
+    (``N``)."""
     import torch
 
     shape, n = q_prime.shape, q_prime.shape[-1]
     r = q_prime.reshape(-1, n).contiguous()
+    source, n_source = r, n  # an unused pointer when there is no map
+    if vocab_map is not None:
+        n_source, n = n, vocab_map.n_target
+        shape = (*shape[:-1], n)
     p = None if target_probs is None else target_probs.reshape(-1, n).contiguous()
     rows = r.shape[0]
-    out = torch.empty_like(r)
+    out = torch.empty((rows, n), dtype=r.dtype, device=r.device)
     alpha = None if p is None else torch.zeros(rows, dtype=r.dtype, device=r.device)
     if rows and n:
-        left, right, coef = arrays(kernel, r)
+        left, right, coef = arrays(kernel, r, vocab_map)
         k = right.shape[0]
+        if vocab_map is not None:
+            source = vocab_map.on_device("source", r.device)
         w = r @ left.T  # (rows, K + 2): C v, sum v, sum r
         bn = block_n(k)
         blocks = -(-n // bn)
@@ -219,14 +270,15 @@ def first_order(kernel, q_prime, target_probs, *, normalise: bool):
         part = torch.empty((3, blocks, rows), dtype=r.dtype, device=r.device)
         main, clip = _kernel()
         main[(blocks, groups)](
-            r, r if p is None else p, w, right, coef, out, part, rows, n, per_group,
-            K=k, NORMALISE=bool(normalise), WITH_P=p is not None, BLOCK_B=BLOCK_B,
-            BLOCK_N=bn, PRECISION=PRECISION, num_warps=NUM_WARPS)
+            r, r if p is None else p, w, right, coef, out, part, source, rows, n, n_source,
+            per_group, K=k, NORMALISE=bool(normalise), WITH_P=p is not None,
+            GATHER=vocab_map is not None, BLOCK_B=BLOCK_B, BLOCK_N=bn, PRECISION=PRECISION,
+            num_warps=NUM_WARPS)
         # the clip, with no host sync: rows with a negative entry are clipped at 0 and
         # rescaled to sum q' (1, or 0 for a row of zeros, when normalising; else sum r) and
         # their acceptance summed again; the other rows' programs return at once
         negative = part[0].amin(0) < 0
-        total = w[:, k + 1]
+        total = w[:, k + 1]  # sum r
         target = (total > 0).to(r.dtype) if normalise else total
         ratio = B.safe_divide(target, part[2].sum(0))
         clip_blocks = -(-n // CLIP_BLOCK)
@@ -239,3 +291,22 @@ def first_order(kernel, q_prime, target_probs, *, normalise: bool):
             alpha = torch.where(negative, redo.sum(0), part[1].sum(0))
     out = out.reshape(shape)
     return out, (None if alpha is None else alpha.reshape(shape[:-1]))
+
+
+def _left_for(kernel, vocab_map, like):
+    """``L``'s columns in the drafter's order: column ``j`` is ``L``'s column of the target id
+    that drafter token ``j`` maps to, zero for a token the target lacks (``r`` drops it). Kept
+    in the kernel's device cache, one per map (under a key object of the map's own: a map is
+    hashed by its ids, which would cost a read of them per call) for the kernel's lifetime."""
+    import numpy as np
+
+    token = vocab_map._device_indices.setdefault("triton token", object())
+
+    def gathered():  # (K + 2, N_D) float64
+        keep, dst, _ = vocab_map.scatter_plan
+        left = _left_host(kernel)
+        cols = np.zeros((left.shape[0], vocab_map.n_draft))
+        cols[:, keep] = left[:, dst]
+        return cols
+
+    return kernel._torch.get(("triton_left_draft", token), gathered, like)

@@ -20,6 +20,7 @@ vector, so ``alpha = 0`` and the step draws from ``p`` directly.
 from __future__ import annotations
 
 from . import _backend as B
+from . import _triton
 from .acceptance import acceptance_rate
 from .validation import (InputError, as_prob_array, check_broadcast, check_not_a_class,
                          common_tier, same_backend)
@@ -94,6 +95,9 @@ def rdk_proposal_with_acceptance(target_probs, draft_probs, vocab_map, kernel, *
                              f"vocabulary has {vocab_map.n_target} tokens")
         check_broadcast(target_probs.shape[:-1], q.shape[:-1], ("target_probs", "draft_probs"))
     if getattr(kernel, "fuses_normalisation", False):
+        if _triton.usable_draft(kernel, q, vocab_map, target_probs):  # TLI's scatter fused too
+            return _triton.first_order(kernel, q, target_probs, normalise=True,
+                                       vocab_map=vocab_map)
         return kernel.transport_with_acceptance(vanilla_proposal(q, vocab_map, check=False),
                                                 target_probs, normalise=True)
     out = kernel.transport(tli_proposal(q, vocab_map, check=False))

@@ -98,8 +98,9 @@ class VocabMap:
         return {}
 
     def on_device(self, name: str, device):
-        """The index array ``name`` (``"keep"`` or ``"dst"`` of :attr:`scatter_plan`, or
-        ``"intersection"``) as an int64 torch tensor on ``device``, copied there once per
+        """The index array ``name`` (``"keep"`` or ``"dst"`` of :attr:`scatter_plan`,
+        ``"intersection"``, or ``"source"``: for each target id the drafter column that maps
+        to it, -1 for none) as an int64 torch tensor on ``device``, copied there once per
         device: a decode loop on CUDA then makes no host-to-device copy per call. The tensor is
         the map's own (a copy, on the host too): every later call on that device reads it, so
         it must not be written."""
@@ -107,11 +108,19 @@ class VocabMap:
         if key not in self._device_indices:
             import torch
 
-            arrays = {"keep": self.scatter_plan[0], "dst": self.scatter_plan[1],
-                      "intersection": self.intersection}
-            self._device_indices[key] = torch.tensor(arrays[name], dtype=torch.int64,
+            arrays = {"keep": lambda: self.scatter_plan[0], "dst": lambda: self.scatter_plan[1],
+                      "intersection": lambda: self.intersection, "source": self._source}
+            self._device_indices[key] = torch.tensor(arrays[name](), dtype=torch.int64,
                                                      device=device)
         return self._device_indices[key]
+
+    def _source(self) -> np.ndarray:
+        """``(N_T,)``: the drafter column whose token has each target id, -1 where none has
+        (the map is one-to-one on the ids it keeps: ``as_draft_to_target`` refuses repeats)."""
+        keep, dst, _ = self.scatter_plan
+        source = np.full(self.n_target, -1, dtype=np.int64)
+        source[dst] = keep
+        return source
 
     def scatter_plan_for(self, values):
         """:attr:`scatter_plan`, with its index arrays on the device of ``values`` when that

@@ -112,6 +112,109 @@ def test_the_decode_call_runs_on_triton_and_agrees(spy):
         assert_close(g.double().cpu().numpy(), w, rtol=0, atol=FLOAT32_ATOL)
 
 
+def _map(rng, kind, n):
+    """Drafter-to-target maps: a pruned drafter (sorted kept ids), a mismatched one (ids in
+    no order, some drafter tokens absent from the target) and a drafter larger than the
+    target (most of its tokens absent)."""
+    if kind == "pruned":
+        return rt.VocabMap.from_kept_ids(np.sort(rng.choice(n, n // 3, replace=False)), n)
+    ids = rng.choice(n, n // 2 if kind == "mismatched" else n // 4, replace=False)
+    absent = np.full(ids.size // 5 if kind == "mismatched" else 3 * n, -1)
+    return rt.VocabMap(n, rng.permutation(np.concatenate([ids, absent])))
+
+
+@pytest.mark.gpu
+@needs_cuda
+@pytest.mark.parametrize("kind", ["pruned", "mismatched", "larger drafter"])
+@pytest.mark.parametrize("batch, n, s, tau", [((40,), 1000, 64, 0.01), ((2, 9), 257, 8, 1e-6),
+                                              ((3,), 3000, 300, 1e-3)])
+def test_the_decode_call_reads_q_through_the_map(spy, kind, batch, n, s, tau):
+    """rdk_proposal_with_acceptance gives the Triton engine the drafter's q itself (TLI's
+    scatter fused into its passes: the spy sees q's width, not N): the float64 numbers, and
+    those of the engine run on the scattered r, with a row that has no mass on the target's
+    tokens (zero proposal, zero acceptance) and clipped rows at tau = 1e-6."""
+    rng = np.random.default_rng(n + s)
+    vm = _map(rng, kind, n)
+    cal, p = _laws(rng, (s, n)), _laws(rng, (*batch, n))
+    q = _laws(rng, (*batch, vm.n_draft))
+    flat = q.reshape(-1, vm.n_draft)
+    flat[1] = np.where(vm.draft_to_target < 0, 1.0, 0.0) if kind != "pruned" else flat[1]
+    flat[1] /= flat[1].sum()
+    fo = rt.FirstOrderCovarianceKernel(cal, tau)
+    want_out, want_alpha = rt.rdk_proposal_with_acceptance(
+        p, q, vm, rt.FirstOrderCovarianceKernel(cal, tau, engine="numpy"))
+    got_out, got_alpha = rt.rdk_proposal_with_acceptance(_cuda32(p), _cuda32(q), vm, fo)
+    assert spy == [q.shape]  # fused: the engine got q, not r
+    scattered = fo.transport_with_acceptance(rt.vanilla_proposal(_cuda32(q), vm), _cuda32(p),
+                                             normalise=True)
+    assert spy[1] == (*batch, n)
+    assert got_out.shape == (*batch, n) and got_alpha.shape == batch
+    for got, want, other in ((got_out, want_out, scattered[0]),
+                             (got_alpha, want_alpha, scattered[1])):
+        got = got.double().cpu().numpy()
+        assert_close(got, want, rtol=0, atol=FLOAT32_ATOL)
+        assert_close(got, other.double().cpu().numpy(), rtol=0, atol=FLOAT32_ATOL)
+    if kind != "pruned":
+        assert float(got_alpha.reshape(-1)[1]) == 0 and float(got_out.reshape(-1, n)[1].abs().sum()) == 0
+
+
+@pytest.mark.gpu
+@needs_cuda
+def test_the_fused_decode_call_is_captured_in_a_cuda_graph(spy):
+    """The decode call from q, captured after one eager call: the replay on new drafter rows
+    gives the float64 numbers (the map's index and the gathered L are built by the eager
+    call)."""
+    rng = np.random.default_rng(12)
+    n = 600
+    vm = _map(rng, "mismatched", n)
+    cal = _laws(rng, (16, n))
+    fo = rt.FirstOrderCovarianceKernel(cal, 1e-5)
+    ref = rt.FirstOrderCovarianceKernel(cal, 1e-5, engine="numpy")
+    x, y = _cuda32(_laws(rng, (24, n))), _cuda32(_laws(rng, (24, vm.n_draft)))
+    rt.rdk_proposal_with_acceptance(x, y, vm, fo, check=False)
+    stream = torch.cuda.Stream()
+    stream.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(stream):
+        rt.rdk_proposal_with_acceptance(x, y, vm, fo, check=False)
+    torch.cuda.current_stream().wait_stream(stream)
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        out, alpha = rt.rdk_proposal_with_acceptance(x, y, vm, fo, check=False)
+    assert spy == [(24, vm.n_draft)] * 3
+    p, q = _laws(rng, (24, n)), _laws(rng, (24, vm.n_draft), 3.0)
+    x.copy_(_cuda32(p))
+    y.copy_(_cuda32(q))
+    graph.replay()
+    torch.cuda.synchronize()
+    want_out, want_alpha = rt.rdk_proposal_with_acceptance(p, q, vm, ref)
+    assert_close(out.double().cpu().numpy(), want_out, rtol=0, atol=FLOAT32_ATOL)
+    assert_close(alpha.double().cpu().numpy(), want_alpha, rtol=0, atol=FLOAT32_ATOL)
+
+
+@pytest.mark.gpu
+@needs_cuda
+def test_a_tensor_that_requires_grad_keeps_the_torch_path(spy):
+    """The Triton kernels have no backward pass: their output had no gradient, silently. A
+    q' (or q, in the decode call) that requires grad takes the torch path, and the gradient
+    flows; under no_grad the engine runs."""
+    rng = np.random.default_rng(13)
+    n = 500
+    vm = _map(rng, "pruned", n)
+    fo = rt.FirstOrderCovarianceKernel(_laws(rng, (8, n)), 0.01)
+    p = _cuda32(_laws(rng, (4, n)))
+    r = _cuda32(_laws(rng, (4, n))).requires_grad_()
+    out, alpha = fo.transport_with_acceptance(r, p, normalise=True)
+    alpha.sum().backward()
+    assert spy == [] and r.grad is not None and bool(torch.isfinite(r.grad).all())
+    q = _cuda32(_laws(rng, (4, vm.n_draft))).requires_grad_()
+    _, alpha = rt.rdk_proposal_with_acceptance(p, q, vm, fo)
+    alpha.sum().backward()
+    assert spy == [] and q.grad is not None
+    with torch.no_grad():
+        rt.rdk_proposal_with_acceptance(p, q, vm, fo)
+    assert spy == [q.shape]
+
+
 @pytest.mark.gpu
 @needs_cuda
 def test_other_cuda_calls_keep_the_torch_path(spy):
@@ -200,6 +303,45 @@ def test_cpu_tensors_and_arrays_never_route_to_triton(spy):
         assert not _triton.usable(fo, x, None)
         fo.transport(x)
     assert spy == []
+
+
+def test_the_decode_call_from_q_routes_only_where_the_engine_can_run(monkeypatch):
+    """Runs everywhere: usable_draft refuses CPU tensors, numpy arrays, the identity map (its
+    q is already r), a target not of the proposal's shape, and a kernel with
+    fuses_normalisation but no engine attribute (a user's, say), which gets its own method."""
+    monkeypatch.setattr(_triton, "MIN_ELEMENTS", 0)
+    monkeypatch.setattr(_triton, "available", lambda: True)
+    rng = np.random.default_rng(14)
+    n = 60
+    vm, ident = _map(rng, "pruned", n), rt.VocabMap.identity(n)
+    fo = rt.FirstOrderCovarianceKernel(_laws(rng, (8, n)), 0.1)
+    q, p = _laws(rng, (3, vm.n_draft)), _laws(rng, (3, n))
+    for qq, pp in ((q, p), (torch.tensor(q, dtype=torch.float32), torch.tensor(p, dtype=torch.float32))):
+        assert not _triton.usable_draft(fo, qq, vm, pp)
+    assert not _triton.usable_draft(fo, torch.tensor(p), ident, torch.tensor(p))
+
+    width = n
+
+    class Mine:
+        fuses_normalisation, n = True, width
+
+        def transport(self, q_prime):
+            return q_prime
+
+        def transport_with_acceptance(self, q_prime, target_probs, *, normalise):
+            return "mine"
+
+    assert rt.rdk_proposal_with_acceptance(p, q, vm, Mine(), check=False) == "mine"
+    assert not _triton.usable_draft(Mine(), torch.tensor(q), vm, torch.tensor(p))
+
+
+def test_the_map_gives_each_target_id_its_drafter_column():
+    """VocabMap.on_device("source"): the inverse of draft_to_target, -1 where no drafter token
+    maps (what the engine reads r through)."""
+    vm = rt.VocabMap(6, np.array([4, -1, 0, 2]))
+    source = vm.on_device("source", "cpu")
+    assert source.dtype == torch.int64 and source.tolist() == [2, -1, 3, -1, 0, -1]
+    assert vm.on_device("source", "cpu") is source  # once per device
 
 
 @pytest.mark.parametrize("s, k, block", [(1, 16, 128), (16, 16, 128), (17, 32, 128),
