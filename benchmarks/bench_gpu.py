@@ -10,7 +10,7 @@ side, round-robin, medians of ``--repeats`` runs (:func:`rdk_theory._timing.medi
 * ``decode_triton`` / ``decode_torch``: ``rdk_proposal_with_acceptance(p, q, vm, kernel)``
   from the drafter's (batch, N / 2) ``q``: TLI's scatter and the first-order proposal and its
   acceptance, with ``engine="auto"`` (the Triton engine, at every size: the script sets
-  ``_triton.MIN_ELEMENTS`` to 0; it reads ``q`` through the map, TLI's scatter fused into its
+  ``_triton.MIN_ELEMENTS`` and ``MIN_ELEMENTS_DECODE`` to 0; it reads ``q`` through the map, TLI's scatter fused into its
   passes) and ``engine="numpy"`` (the torch path);
 * ``decode_triton_scatter``: the same call as the Triton engine made it before that fusion,
   TLI's scatter by torch and then the engine on the scattered ``r``;
@@ -109,7 +109,8 @@ def main(argv=None):
     if not torch.cuda.is_available() or not _triton.available():
         print("error: needs a CUDA device and triton", file=sys.stderr)
         return 2
-    _triton.MIN_ELEMENTS = 0  # the engine at every size: the table shows where it pays
+    _triton.MIN_ELEMENTS = _triton.MIN_ELEMENTS_DECODE = 0  # the engine at every size: the
+    # table shows where it pays
     rng = np.random.default_rng(0)
     rows = []
     for n in (int(x) for x in args.sizes.split(",")):

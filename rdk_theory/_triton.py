@@ -27,9 +27,14 @@ So ``r`` is read twice, ``p`` once and ``x`` written once: four passes where the
 ``sum min(p, q)`` makes two. Same kernel and same numbers as the torch path to float32
 round-off (the products accumulate in another order). ``normalise=False`` skips the division.
 
+In the decode call (:func:`rdk_theory.rdk_proposal_with_acceptance`, :func:`usable_draft`)
+TLI's scatter is fused too: the product and the pass read the drafter's ``q`` through the map,
+and ``r`` is never written.
+
 Used by ``engine="auto"`` for float32 CUDA tensors of at least :data:`MIN_ELEMENTS` elements
-(smaller calls are launch-bound, and the torch path launches less) and kernels of at most
-:data:`MAX_ROWS` factor rows, when triton imports; ``engine="numpy"`` keeps the torch path.
+(:data:`MIN_ELEMENTS_DECODE` in the decode call; smaller calls are launch-bound, and the torch
+path launches less) and kernels of at most :data:`MAX_ROWS` factor rows, when triton imports;
+``engine="numpy"`` keeps the torch path.
 """
 from __future__ import annotations
 
@@ -58,6 +63,12 @@ CLIP_BLOCK = 1024
 #: batch 64 it wins from N = 262K, 16.8M elements, and loses at N = 152K, 9.7M). The rule
 #: depends on the shape alone, so a CUDA graph captures the path its eager warm-up took.
 MIN_ELEMENTS = 1 << 24
+#: The same for the decode call from the drafter's ``q`` (:func:`usable_draft`, TLI's scatter
+#: fused): measured side by side on an H200 (gpu_validation/README.md, "The Triton engine"),
+#: it beat the torch path in every cell of at least 2^22 elements (9 of them, batch 16-64, and
+#: the batch-1024 cells of the main bench) and lost in 5 of the 15 smaller ones (batch 8-64,
+#: N = 49K-262K).
+MIN_ELEMENTS_DECODE = 1 << 22
 #: Programs per block of the vocabulary along the batch: ``R`` is read from memory once per
 #: group of rows, so fewer groups read the factor less often; more groups keep more programs
 #: in flight when the vocabulary has few blocks.
@@ -85,7 +96,7 @@ def block_n(k: int) -> int:
     return max(16, min(128, BLOCK_FLOATS // k))
 
 
-def usable(kernel, q_prime, target_probs) -> bool:
+def usable(kernel, q_prime, target_probs, min_elements=None) -> bool:
     """Whether the call goes to this engine: an ``"auto"`` kernel of at most
     :data:`MAX_ROWS` factor rows, a float32 CUDA tensor of at least :data:`MIN_ELEMENTS`
     elements (and a target of the same shape, dtype and device when one is given), triton
@@ -96,7 +107,8 @@ def usable(kernel, q_prime, target_probs) -> bool:
         return False
     import torch
 
-    if (q_prime.dtype != torch.float32 or q_prime.numel() < MIN_ELEMENTS
+    least = MIN_ELEMENTS if min_elements is None else min_elements
+    if (q_prime.dtype != torch.float32 or q_prime.numel() < least
             or kernel.factor.shape[0] > MAX_ROWS):  # q_prime has N on its last axis (checked)
         return False
     if torch.is_grad_enabled() and any(
@@ -216,8 +228,9 @@ def _kernel():
 def usable_draft(kernel, draft_probs, vocab_map, target_probs) -> bool:
     """Whether ``rdk_proposal_with_acceptance`` runs on this engine from the drafter's ``q``
     itself (:func:`first_order` with ``vocab_map``): as :func:`usable` for the proposal's shape
-    (``q``'s leading axes, the target's ``N``), with a target of exactly that shape, and a map
-    that is not the identity (whose ``q`` is already ``r``)."""
+    (``q``'s leading axes, the target's ``N``) from :data:`MIN_ELEMENTS_DECODE` elements, with a
+    target of exactly that shape, and a map that is not the identity (whose ``q`` is already
+    ``r``)."""
     if (getattr(kernel, "engine", None) != "auto" or vocab_map.scatter_plan[2]
             or not (B.is_torch(draft_probs) and B.is_torch(target_probs))):
         return False
@@ -228,7 +241,8 @@ def usable_draft(kernel, draft_probs, vocab_map, target_probs) -> bool:
     shape = (*draft_probs.shape[:-1], vocab_map.n_target)
     if tuple(target_probs.shape) != shape or draft_probs.dtype != target_probs.dtype:
         return False  # the shape test below is on the target, of the proposal's shape
-    return usable(kernel, target_probs, None) and draft_probs.device == target_probs.device
+    return (usable(kernel, target_probs, None, MIN_ELEMENTS_DECODE)
+            and draft_probs.device == target_probs.device)
 
 
 def first_order(kernel, q_prime, target_probs, *, normalise: bool, vocab_map=None):

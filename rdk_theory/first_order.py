@@ -29,7 +29,8 @@ The engines agree to float64 round-off, with one exception that must be asked fo
 ``engine="blas"`` with ``factor_dtype="float32"`` computes the two products in float32
 arithmetic (see :mod:`rdk_theory._blocked` for its error bound). Torch tensors take the array
 path of their own backend, except that with ``engine="auto"`` float32 CUDA tensors of at least
-``_triton.MIN_ELEMENTS`` elements take the Triton engine when triton imports
+``_triton.MIN_ELEMENTS`` elements (``MIN_ELEMENTS_DECODE`` in the decode call
+:func:`rdk_theory.rdk_proposal_with_acceptance`) take the Triton engine when triton imports
 (:mod:`rdk_theory._triton`: one cuBLAS product and one fused pass, the torch path's numbers to
 float32 round-off, CUDA graph capture included); exact
 ``Fraction`` arrays are read as float64 first (the kernel's numbers are floats) and then go

@@ -26,6 +26,7 @@ def spy(monkeypatch):
     """Counts the calls that reach the Triton engine, and sends calls of any size there (by
     default small ones take the torch path, test_small_calls_keep_the_torch_path)."""
     monkeypatch.setattr(_triton, "MIN_ELEMENTS", 0)
+    monkeypatch.setattr(_triton, "MIN_ELEMENTS_DECODE", 0)
     calls = []
     real = _triton.first_order
 
@@ -294,6 +295,30 @@ def test_small_calls_keep_the_torch_path(monkeypatch):
                      atol=FLOAT32_ATOL)
 
 
+@pytest.mark.gpu
+@needs_cuda
+def test_the_decode_call_takes_the_engine_from_its_own_threshold(monkeypatch):
+    """The decode call from q goes to the engine from MIN_ELEMENTS_DECODE (2^22) elements of
+    the proposal, under MIN_ELEMENTS; one element fewer keeps the torch path; same numbers."""
+    calls = []
+    real = _triton.first_order
+    monkeypatch.setattr(_triton, "first_order",
+                        lambda *a, **k: calls.append(a[1].shape) or real(*a, **k))
+    rng = np.random.default_rng(15)
+    n = 1 << 18
+    vm = rt.VocabMap.from_kept_ids(np.arange(0, n, 2), n)
+    fo = rt.FirstOrderCovarianceKernel(_laws(rng, (4, n)), 0.01)
+    p, q = _cuda32(_laws(rng, (16, n))), _cuda32(_laws(rng, (16, n // 2)))
+    assert 16 * n == _triton.MIN_ELEMENTS_DECODE < _triton.MIN_ELEMENTS
+    small = rt.rdk_proposal_with_acceptance(p[:15], q[:15], vm, fo)
+    assert calls == []
+    big = rt.rdk_proposal_with_acceptance(p, q, vm, fo)
+    assert calls == [(16, n // 2)]
+    for s, b in zip(small, big):
+        assert_close(s.double().cpu().numpy(), b[:15].double().cpu().numpy(), rtol=0,
+                     atol=FLOAT32_ATOL)
+
+
 def test_cpu_tensors_and_arrays_never_route_to_triton(spy):
     """Runs everywhere: CPU tensors (float32 too) and numpy arrays take their own paths."""
     rng = np.random.default_rng(9)
@@ -309,7 +334,7 @@ def test_the_decode_call_from_q_routes_only_where_the_engine_can_run(monkeypatch
     """Runs everywhere: usable_draft refuses CPU tensors, numpy arrays, the identity map (its
     q is already r), a target not of the proposal's shape, and a kernel with
     fuses_normalisation but no engine attribute (a user's, say), which gets its own method."""
-    monkeypatch.setattr(_triton, "MIN_ELEMENTS", 0)
+    monkeypatch.setattr(_triton, "MIN_ELEMENTS_DECODE", 0)
     monkeypatch.setattr(_triton, "available", lambda: True)
     rng = np.random.default_rng(14)
     n = 60
