@@ -309,12 +309,20 @@ def first_order(kernel, q_prime, target_probs, *, normalise: bool, vocab_map=Non
 
 def _left_for(kernel, vocab_map, like):
     """``L``'s columns in the drafter's order: column ``j`` is ``L``'s column of the target id
-    that drafter token ``j`` maps to, zero for a token the target lacks (``r`` drops it). Kept
-    in the kernel's device cache, one per map (under a key object of the map's own: a map is
-    hashed by its ids, which would cost a read of them per call) for the kernel's lifetime."""
+    that drafter token ``j`` maps to, zero for a token the target lacks (``r`` drops it).
+
+    Kept in the kernel's device cache under a key object of the map's own (a map is hashed by
+    its ids, which would cost a read of them per call), and dropped from it when the map is
+    garbage-collected: a decode loop that builds a new map per call would otherwise keep a
+    ``(K + 2, N_D)`` array on the device per map for the kernel's lifetime."""
+    import weakref
+
     import numpy as np
 
     token = vocab_map._device_indices.setdefault("triton token", object())
+    key = ("triton_left_draft", token)
+    cache = kernel._torch
+    new = not any(k[0] == key for k in list(cache._cache))
 
     def gathered():  # (K + 2, N_D) float64
         keep, dst, _ = vocab_map.scatter_plan
@@ -323,4 +331,16 @@ def _left_for(kernel, vocab_map, like):
         cols[:, keep] = left[:, dst]
         return cols
 
-    return kernel._torch.get(("triton_left_draft", token), gathered, like)
+    left = cache.get(key, gathered, like)
+    if new:
+        weakref.finalize(vocab_map, _drop, weakref.ref(cache), key)
+    return left
+
+
+def _drop(cache_ref, key) -> None:
+    """Remove ``key``'s copies (every device and dtype) from a kernel's device cache, if the
+    kernel is still alive."""
+    cache = cache_ref()
+    if cache is not None:
+        for k in [k for k in list(cache._cache) if k[0] == key]:
+            cache._cache.pop(k, None)

@@ -275,45 +275,35 @@ def test_a_cuda_graph_captures_the_kernel_and_its_sync_free_clip(spy):
 
 @pytest.mark.gpu
 @needs_cuda
-def test_small_calls_keep_the_torch_path(monkeypatch):
-    """By default a call on fewer than MIN_ELEMENTS elements takes the torch path and one on
-    more takes the kernel, with the same numbers."""
+@pytest.mark.parametrize("call", ["transport", "decode"])
+def test_small_calls_keep_the_torch_path(monkeypatch, call):
+    """By default a call under its threshold takes the torch path and one at it takes the
+    kernel, with the same numbers: 15 and 16 rows of MIN_ELEMENTS / 16 ids for the transport of
+    r, and of MIN_ELEMENTS_DECODE / 16 (2^22, under MIN_ELEMENTS) for the decode call from q."""
     calls = []
     real = _triton.first_order
     monkeypatch.setattr(_triton, "first_order",
                         lambda *a, **k: calls.append(a[1].shape) or real(*a, **k))
+    assert _triton.MIN_ELEMENTS_DECODE == 1 << 22 < _triton.MIN_ELEMENTS
     rng = np.random.default_rng(11)
-    n = 1 << 20
+    n = (_triton.MIN_ELEMENTS if call == "transport" else _triton.MIN_ELEMENTS_DECODE) // 16
     fo = rt.FirstOrderCovarianceKernel(_laws(rng, (4, n)), 0.01)
-    r, p = _cuda32(_laws(rng, (16, n))), _cuda32(_laws(rng, (16, n)))
-    small = fo.transport_with_acceptance(r[:15], p[:15], normalise=True)
-    assert calls == [] and _triton.MIN_ELEMENTS == 16 * n
-    big = fo.transport_with_acceptance(r, p, normalise=True)
-    assert calls == [(16, n)]
-    for s, b in zip(small, big):
-        assert_close(s.double().cpu().numpy(), b[:15].double().cpu().numpy(), rtol=0,
-                     atol=FLOAT32_ATOL)
+    p = _cuda32(_laws(rng, (16, n)))
+    if call == "transport":
+        x = _cuda32(_laws(rng, (16, n)))
 
+        def run(rows):
+            return fo.transport_with_acceptance(x[:rows], p[:rows], normalise=True)
+    else:
+        vm = rt.VocabMap.from_kept_ids(np.arange(0, n, 2), n)
+        x = _cuda32(_laws(rng, (16, n // 2)))
 
-@pytest.mark.gpu
-@needs_cuda
-def test_the_decode_call_takes_the_engine_from_its_own_threshold(monkeypatch):
-    """The decode call from q goes to the engine from MIN_ELEMENTS_DECODE (2^22) elements of
-    the proposal, under MIN_ELEMENTS; one element fewer keeps the torch path; same numbers."""
-    calls = []
-    real = _triton.first_order
-    monkeypatch.setattr(_triton, "first_order",
-                        lambda *a, **k: calls.append(a[1].shape) or real(*a, **k))
-    rng = np.random.default_rng(15)
-    n = 1 << 18
-    vm = rt.VocabMap.from_kept_ids(np.arange(0, n, 2), n)
-    fo = rt.FirstOrderCovarianceKernel(_laws(rng, (4, n)), 0.01)
-    p, q = _cuda32(_laws(rng, (16, n))), _cuda32(_laws(rng, (16, n // 2)))
-    assert 16 * n == _triton.MIN_ELEMENTS_DECODE < _triton.MIN_ELEMENTS
-    small = rt.rdk_proposal_with_acceptance(p[:15], q[:15], vm, fo)
+        def run(rows):
+            return rt.rdk_proposal_with_acceptance(p[:rows], x[:rows], vm, fo)
+    small = run(15)
     assert calls == []
-    big = rt.rdk_proposal_with_acceptance(p, q, vm, fo)
-    assert calls == [(16, n // 2)]
+    big = run(16)
+    assert calls == [x.shape]
     for s, b in zip(small, big):
         assert_close(s.double().cpu().numpy(), b[:15].double().cpu().numpy(), rtol=0,
                      atol=FLOAT32_ATOL)
@@ -358,6 +348,34 @@ def test_the_decode_call_from_q_routes_only_where_the_engine_can_run(monkeypatch
 
     assert rt.rdk_proposal_with_acceptance(p, q, vm, Mine(), check=False) == "mine"
     assert not _triton.usable_draft(Mine(), torch.tensor(q), vm, torch.tensor(p))
+
+
+def test_the_gathered_factor_is_the_maps_columns_and_goes_with_the_map():
+    """Runs everywhere (torch only): the decode call's L in the drafter's order is L's column
+    of each drafter token's target id, zero for a token the target lacks; it is kept per map,
+    and dropped from the kernel's cache when the map is collected (a map built per decode
+    call kept one (K + 2, N_D) array per map on the device for the kernel's lifetime)."""
+    import gc
+
+    rng = np.random.default_rng(16)
+    n = 40
+    fo = rt.FirstOrderCovarianceKernel(_laws(rng, (5, n)), 0.1)
+    like = torch.zeros(1, dtype=torch.float32)
+    full = _triton.arrays(fo, like)[0]
+    vm = rt.VocabMap(n, np.array([7, -1, 3, 39, -1, 0]))
+    left = _triton.arrays(fo, like, vm)[0]
+    want = torch.zeros((full.shape[0], 6))
+    want[:, [0, 2, 3, 5]] = full[:, [7, 3, 39, 0]]
+    assert left.shape == (_triton.padded_rows(5) + 2, 6) and torch.equal(left, want)
+    assert _triton.arrays(fo, like, vm)[0] is left  # kept
+    other = rt.VocabMap(n, np.array([1, 2]))
+    assert _triton.arrays(fo, like, other)[0].shape[1] == 2
+    drafted = [k for k in fo._torch._cache if k[0][0] == "triton_left_draft"]
+    assert len(drafted) == 2
+    del vm, left
+    gc.collect()
+    assert [k for k in fo._torch._cache if k[0][0] == "triton_left_draft"] == \
+        [k for k in drafted if k[0][1] is other._device_indices["triton token"]]
 
 
 def test_the_map_gives_each_target_id_its_drafter_column():
