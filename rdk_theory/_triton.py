@@ -69,6 +69,19 @@ MIN_ELEMENTS = 1 << 24
 #: the batch-1024 cells of the main bench) and lost in 5 of the 15 smaller ones (batch 8-64,
 #: N = 49K-262K).
 MIN_ELEMENTS_DECODE = 1 << 22
+#: ``L`` is kept multiplied by this power of two, and the pass's ``r * coef`` term too (both
+#: exact): ``w``, ``sum v`` and ``sum r`` then stay normal float32 numbers for a row whose mass
+#: is tiny (float32's normal range ends at 1.2e-38). The pass divides by ``sum r``, scaled
+#: alike (or, with ``normalise=False``, by the scale). A row with 1e-41 of the drafter's mass on
+#: the target's tokens had an acceptance of 0.148 instead of 0.444 (Triton's interpreter).
+#: The cost is range at the other end: a kernel whose scaled products could pass float32's
+#: largest number (:func:`in_range`: tau below about 1e-22 for peaked calibration laws) takes
+#: the torch path.
+SCALE = 2.0 ** 32
+#: :func:`in_range`'s bound on the pass's largest term, ``SCALE * K * max|L| * max|C / tau|``
+#: (with ``sum r`` up to 1; float32's largest number is 3.4e38: a margin of 3e8 for larger
+#: ``sum r`` with ``normalise=False``).
+RANGE_BOUND = 1e30
 #: Programs per block of the vocabulary along the batch: ``R`` is read from memory once per
 #: group of rows, so fewer groups read the factor less often; more groups keep more programs
 #: in flight when the vocabulary has few blocks.
@@ -114,11 +127,28 @@ def usable(kernel, q_prime, target_probs, min_elements=None) -> bool:
     if torch.is_grad_enabled() and any(
             B.is_torch(t) and t.requires_grad for t in (q_prime, target_probs)):
         return False
+    if not in_range(kernel):
+        return False
     if target_probs is not None and not (
             B.is_torch(target_probs) and target_probs.shape == q_prime.shape
             and target_probs.dtype == q_prime.dtype and target_probs.device == q_prime.device):
         return False
     return available()
+
+
+def in_range(kernel) -> bool:
+    """Whether the pass's terms, scaled by :data:`SCALE`, stay within float32 for rows of mass
+    up to 1: ``SCALE * K * max|L| * max|[C / tau ; 1]| < RANGE_BOUND``. Computed once per kernel
+    (its tau and factor do not change) from the float64 matrices it keeps."""
+    got = kernel.__dict__.get("_triton_in_range")
+    if got is None:
+        import numpy as np
+
+        left, right = kernel._float64_products()
+        bound = (SCALE * padded_rows(kernel.factor.shape[0]) * float(np.abs(left).max())
+                 * float(np.abs(right).max()))
+        got = kernel.__dict__["_triton_in_range"] = bool(bound < RANGE_BOUND)
+    return got
 
 
 def arrays(kernel, like, vocab_map=None):
@@ -142,12 +172,13 @@ def arrays(kernel, like, vocab_map=None):
 
 
 def _left_host(kernel):
-    """``L = [C / Z ; 0 ; 1 / Z ; 1]``, (K + 2, N) float64 (built for a device copy only)."""
+    """``L = [C / Z ; 0 ; 1 / Z ; 1]`` times :data:`SCALE`, (K + 2, N) float64 (built for a
+    device copy only)."""
     import numpy as np
 
     s, n = kernel.factor.shape
     products = kernel._float64_products()[0]  # [C/Z ; 1/Z ; 1]
-    return np.vstack([products[:s], np.zeros((padded_rows(s) - s, n)), products[s:]])
+    return SCALE * np.vstack([products[:s], np.zeros((padded_rows(s) - s, n)), products[s:]])
 
 
 @functools.lru_cache(maxsize=None)
@@ -162,7 +193,7 @@ def _kernel():
                          source_ptr, n_rows, n, n_source, rows_per_group,
                          K: tl.constexpr, NORMALISE: tl.constexpr, WITH_P: tl.constexpr,
                          GATHER: tl.constexpr, BLOCK_B: tl.constexpr, BLOCK_N: tl.constexpr,
-                         PRECISION: tl.constexpr):
+                         PRECISION: tl.constexpr, SCALE: tl.constexpr):
         block = tl.program_id(0)
         group = tl.program_id(1)
         cols = block * BLOCK_N + tl.arange(0, BLOCK_N)
@@ -170,7 +201,7 @@ def _kernel():
         ks = tl.arange(0, K)
         right = tl.load(right_ptr + ks[:, None].to(tl.int64) * n + cols[None, :],
                         mask=in_n[None, :], other=0.0)
-        coef = tl.load(coef_ptr + cols, mask=in_n, other=0.0)
+        coef = tl.load(coef_ptr + cols, mask=in_n, other=0.0) * SCALE  # as L (exact)
         if GATHER:  # r_ptr is the drafter's q: column j of r is q's column source[j], or 0
             source = tl.load(source_ptr + cols, mask=in_n, other=-1)
             mapped = in_n & (source >= 0)
@@ -193,6 +224,8 @@ def _kernel():
             if NORMALISE:
                 total = tl.load(w_ptr + rows * w_stride + K + 1, mask=in_rows, other=0.0)
                 x = x / tl.where(total > 0, total, float("inf"))[:, None]
+            else:
+                x = x * (1.0 / SCALE)
             x = tl.where(mask, x, 0.0)  # columns past N hold sum v: kept out of the sums
             tl.store(out_ptr + offs, x, mask=mask)
             part = block * n_rows + rows
@@ -229,9 +262,16 @@ def usable_draft(kernel, draft_probs, vocab_map, target_probs) -> bool:
     """Whether ``rdk_proposal_with_acceptance`` runs on this engine from the drafter's ``q``
     itself (:func:`first_order` with ``vocab_map``): as :func:`usable` for the proposal's shape
     (``q``'s leading axes, the target's ``N``) from :data:`MIN_ELEMENTS_DECODE` elements, with a
-    target of exactly that shape, and a map that is not the identity (whose ``q`` is already
-    ``r``)."""
-    if (getattr(kernel, "engine", None) != "auto" or vocab_map.scatter_plan[2]
+    target of exactly that shape, a map that is not the identity (whose ``q`` is already ``r``:
+    its call goes through ``transport_with_acceptance``, and :data:`MIN_ELEMENTS`), and a
+    :class:`~rdk_theory.FirstOrderCovarianceKernel` whose ``transport_with_acceptance`` is not
+    overridden."""
+    from .first_order import FirstOrderCovarianceKernel as Kernel
+
+    # this engine computes FirstOrderCovarianceKernel's own numbers: a subclass that overrides
+    # transport_with_acceptance (or another kernel with fuses_normalisation) gets its method
+    if (not isinstance(kernel, Kernel) or type(kernel).transport_with_acceptance
+            is not Kernel.transport_with_acceptance or vocab_map.scatter_plan[2]
             or not (B.is_torch(draft_probs) and B.is_torch(target_probs))):
         return False
     import torch
@@ -287,13 +327,13 @@ def first_order(kernel, q_prime, target_probs, *, normalise: bool, vocab_map=Non
             r, r if p is None else p, w, right, coef, out, part, source, rows, n, n_source,
             per_group, K=k, NORMALISE=bool(normalise), WITH_P=p is not None,
             GATHER=vocab_map is not None, BLOCK_B=BLOCK_B, BLOCK_N=bn, PRECISION=PRECISION,
-            num_warps=NUM_WARPS)
+            SCALE=SCALE, num_warps=NUM_WARPS)
         # the clip, with no host sync: rows with a negative entry are clipped at 0 and
         # rescaled to sum q' (1, or 0 for a row of zeros, when normalising; else sum r) and
         # their acceptance summed again; the other rows' programs return at once
         negative = part[0].amin(0) < 0
-        total = w[:, k + 1]  # sum r
-        target = (total > 0).to(r.dtype) if normalise else total
+        total = w[:, k + 1]  # sum r, times SCALE
+        target = (total > 0).to(r.dtype) if normalise else total * (1.0 / SCALE)
         ratio = B.safe_divide(target, part[2].sum(0))
         clip_blocks = -(-n // CLIP_BLOCK)
         redo = None if p is None else torch.zeros((clip_blocks, rows), dtype=r.dtype,

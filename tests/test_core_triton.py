@@ -194,6 +194,75 @@ def test_the_fused_decode_call_is_captured_in_a_cuda_graph(spy):
 
 @pytest.mark.gpu
 @needs_cuda
+def test_rows_with_tiny_mass_on_the_targets_tokens(spy):
+    """The engine folds TLI's division into its passes, so a row whose mass on the target's
+    tokens is tiny had w, sum v and sum r below float32's normal range: at 1e-41 an
+    acceptance of 0.148 for 0.444 (Triton's interpreter). L and the r * coef term are scaled by
+    _triton.SCALE, and these rows get the float64 numbers of the float32 q, fused or not
+    (masses 1e-25 to 1e-41; the entries of the last rows are float32 subnormals, which carry a
+    few bits: at 1e-41 the float32 q itself is 2 % off the float64 one)."""
+    rng = np.random.default_rng(18)
+    n = 500
+    cal = _laws(rng, (16, n))
+    vm = rt.VocabMap(n, np.concatenate([rng.permutation(n)[:200], -np.ones(50, int)]))
+    masses = [1e-25, 1e-30, 1e-34, 1e-37, 1e-41]
+    q, p = np.empty((len(masses), 250)), _laws(rng, (len(masses), n))
+    for i, m in enumerate(masses):
+        q[i, :200] = _laws(rng, (200,)) * m
+        q[i, 200:] = (1 - m) / 50
+    fo = rt.FirstOrderCovarianceKernel(cal, 1e-4)
+    want = rt.rdk_proposal_with_acceptance(
+        p, q.astype(np.float32).astype(np.float64), vm,
+        rt.FirstOrderCovarianceKernel(cal, 1e-4, engine="numpy"))
+    fused = rt.rdk_proposal_with_acceptance(_cuda32(p), _cuda32(q), vm, fo)
+    scattered = fo.transport_with_acceptance(rt.vanilla_proposal(_cuda32(q), vm), _cuda32(p),
+                                             normalise=True)
+    assert spy == [q.shape, (len(masses), n)]
+    for got in (*fused, *scattered):
+        assert bool(torch.isfinite(got).all())
+    for got, w in zip((*fused, *scattered), (*want, *want)):
+        assert_close(got.double().cpu().numpy(), w, rtol=0, atol=FLOAT32_ATOL)
+
+
+@pytest.mark.gpu
+@needs_cuda
+def test_a_kernel_beyond_the_scaled_range_keeps_the_torch_path(spy):
+    """At tau = 1e-30 the scaled pass could overflow float32 (in_range is False): the call
+    takes the torch path and gets the float64 numbers, where the engine would give inf."""
+    rng = np.random.default_rng(19)
+    n = 300
+    cal, r, p = _laws(rng, (8, n)), _laws(rng, (6, n)), _laws(rng, (6, n))
+    fo = rt.FirstOrderCovarianceKernel(cal, 1e-30)
+    assert not _triton.in_range(fo)
+    got = fo.transport_with_acceptance(_cuda32(r), _cuda32(p), normalise=True)
+    want = rt.FirstOrderCovarianceKernel(cal, 1e-30, engine="numpy").transport_with_acceptance(
+        r, p, normalise=True)
+    assert spy == []
+    for g, w in zip(got, want):
+        assert_close(g.double().cpu().numpy(), w, rtol=0, atol=FLOAT32_ATOL)
+
+
+@pytest.mark.gpu
+@needs_cuda
+def test_a_decode_call_whose_target_broadcasts_takes_the_scattered_path(spy):
+    """A (N,) target for a batch of q: not the fused engine (it reads p row by row), but the
+    engine's transport of the scattered r and acceptance_rate, with the float64 numbers."""
+    rng = np.random.default_rng(17)
+    n = 700
+    vm = _map(rng, "mismatched", n)
+    cal, p, q = _laws(rng, (16, n)), _laws(rng, (n,)), _laws(rng, (12, vm.n_draft))
+    fo = rt.FirstOrderCovarianceKernel(cal, 1e-3)
+    want = rt.rdk_proposal_with_acceptance(
+        p, q, vm, rt.FirstOrderCovarianceKernel(cal, 1e-3, engine="numpy"))
+    got = rt.rdk_proposal_with_acceptance(_cuda32(p), _cuda32(q), vm, fo)
+    assert spy == [(12, n)]  # the transport of r, not the decode call from q
+    assert got[1].shape == (12,)
+    for g, w in zip(got, want):
+        assert_close(g.double().cpu().numpy(), w, rtol=0, atol=FLOAT32_ATOL)
+
+
+@pytest.mark.gpu
+@needs_cuda
 def test_a_tensor_that_requires_grad_keeps_the_torch_path(spy):
     """The Triton kernels have no backward pass: their output had no gradient, silently. A
     q' (or q, in the decode call) that requires grad takes the torch path, and the gradient
@@ -321,24 +390,40 @@ def test_cpu_tensors_and_arrays_never_route_to_triton(spy):
 
 
 def test_the_decode_call_from_q_routes_only_where_the_engine_can_run(monkeypatch):
-    """Runs everywhere: usable_draft refuses CPU tensors, numpy arrays, the identity map (its
-    q is already r), a target not of the proposal's shape, and a kernel with
-    fuses_normalisation but no engine attribute (a user's, say), which gets its own method."""
-    monkeypatch.setattr(_triton, "MIN_ELEMENTS_DECODE", 0)
-    monkeypatch.setattr(_triton, "available", lambda: True)
+    """Runs everywhere: with ``usable`` (device, dtype, size, grad) answering yes, usable_draft
+    itself refuses numpy arrays, the identity map (its q is already r), a target not of the
+    proposal's shape (one that broadcasts: the engine would read p out of its bounds), a
+    dtype or device mismatch, a subclass that overrides transport_with_acceptance and a
+    user's kernel with fuses_normalisation and engine="auto" (which gets its own method)."""
+    monkeypatch.setattr(_triton, "usable", lambda kernel, x, target, least=None: True)
     rng = np.random.default_rng(14)
     n = 60
     vm, ident = _map(rng, "pruned", n), rt.VocabMap.identity(n)
-    fo = rt.FirstOrderCovarianceKernel(_laws(rng, (8, n)), 0.1)
-    q, p = _laws(rng, (3, vm.n_draft)), _laws(rng, (3, n))
-    for qq, pp in ((q, p), (torch.tensor(q, dtype=torch.float32), torch.tensor(p, dtype=torch.float32))):
-        assert not _triton.usable_draft(fo, qq, vm, pp)
-    assert not _triton.usable_draft(fo, torch.tensor(p), ident, torch.tensor(p))
+    cal = _laws(rng, (8, n))
+    fo = rt.FirstOrderCovarianceKernel(cal, 0.1)
+    q = torch.tensor(_laws(rng, (3, vm.n_draft)), dtype=torch.float32)
+    p = torch.tensor(_laws(rng, (3, n)), dtype=torch.float32)
+    assert _triton.usable_draft(fo, q, vm, p)  # the one that goes
+    assert not _triton.usable_draft(fo, q.numpy(), vm, p.numpy())
+    assert not _triton.usable_draft(fo, p, ident, p)
+    assert not _triton.usable_draft(fo, q, vm, p[0])  # broadcasts
+    assert not _triton.usable_draft(fo, q, vm, p.double())
+    assert not _triton.usable_draft(fo, q, vm, p.to("meta"))
 
+    class Logged(rt.FirstOrderCovarianceKernel):
+        def transport_with_acceptance(self, q_prime, target_probs, *, normalise=False):
+            return "logged"
+
+    class Plain(rt.FirstOrderCovarianceKernel):  # a subclass that keeps the method: engine
+        pass
+
+    assert not _triton.usable_draft(Logged(cal, 0.1), q, vm, p)
+    assert _triton.usable_draft(Plain(cal, 0.1), q, vm, p)
+    assert rt.rdk_proposal_with_acceptance(p, q, vm, Logged(cal, 0.1), check=False) == "logged"
     width = n
 
     class Mine:
-        fuses_normalisation, n = True, width
+        fuses_normalisation, n, engine = True, width, "auto"
 
         def transport(self, q_prime):
             return q_prime
@@ -346,8 +431,8 @@ def test_the_decode_call_from_q_routes_only_where_the_engine_can_run(monkeypatch
         def transport_with_acceptance(self, q_prime, target_probs, *, normalise):
             return "mine"
 
+    assert not _triton.usable_draft(Mine(), q, vm, p)
     assert rt.rdk_proposal_with_acceptance(p, q, vm, Mine(), check=False) == "mine"
-    assert not _triton.usable_draft(Mine(), torch.tensor(q), vm, torch.tensor(p))
 
 
 def test_the_gathered_factor_is_the_maps_columns_and_goes_with_the_map():
@@ -376,6 +461,21 @@ def test_the_gathered_factor_is_the_maps_columns_and_goes_with_the_map():
     gc.collect()
     assert [k for k in fo._torch._cache if k[0][0] == "triton_left_draft"] == \
         [k for k in drafted if k[0][1] is other._device_indices["triton token"]]
+
+
+def test_the_scaled_range_is_checked_once_per_kernel():
+    """Runs everywhere: in_range is SCALE * K * max|L| * max|[C / tau ; 1]| < RANGE_BOUND, read
+    once and kept on the kernel."""
+    rng = np.random.default_rng(20)
+    cal = _laws(rng, (16, 200))
+    for tau, fits in ((1e-2, True), (1e-6, True), (1e-30, False)):
+        fo = rt.FirstOrderCovarianceKernel(cal, tau)
+        left, right = fo._float64_products()
+        bound = (_triton.SCALE * _triton.padded_rows(16) * np.abs(left).max()
+                 * np.abs(right).max())
+        assert _triton.in_range(fo) is fits is bool(bound < _triton.RANGE_BOUND)
+        fo._products = None  # kept: not read again
+        assert _triton.in_range(fo) is fits and fo._products is None
 
 
 def test_the_map_gives_each_target_id_its_drafter_column():
