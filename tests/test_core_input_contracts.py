@@ -66,6 +66,40 @@ def test_verify_draft_accepts_exactly_below_p_over_r():
     assert cases > 500
 
 
+class _Scripted(np.random.Generator):
+    """A numpy Generator whose sized ``random(k)`` calls return the given arrays in turn (then
+    a real stream)."""
+
+    def __init__(self, *arrays):
+        super().__init__(np.random.PCG64(0))
+        self.arrays = list(arrays)
+
+    def random(self, size=None, *args, **kwargs):
+        if size is not None and self.arrays:
+            return np.asarray(self.arrays.pop(0), dtype=np.float64)
+        return super().random(size, *args, **kwargs)
+
+
+def test_sample_steps_accepts_exactly_below_p_over_r():
+    """The batched sampler's acceptance rule at its boundary, as verify_draft's above: every
+    step drafted, each token of positive r drafted (the uniform at the middle of its CDF
+    step), the acceptance uniform just under, then just over, min(1, p/r)."""
+    rng = np.random.default_rng(22)
+    for n in (2, 7, 60):
+        p = rng.dirichlet(np.ones(n) * 0.5)
+        r = rng.dirichlet(np.ones(n) * 0.5)
+        xs = np.flatnonzero(r > 0)
+        mid = (np.cumsum(r) - r / 2)[xs] / r.sum()  # the uniform that draws each x
+        ratio = p[xs] / r[xs]
+        for side, ok_where in ((1 - 1e-8, np.ones(xs.size, bool)), (1 + 1e-8, ratio >= 1)):
+            u = np.where(ratio >= 1, np.nextafter(1, 0), ratio * side)
+            script = _Scripted(np.zeros(xs.size), mid, u)  # drafted, which token, accept
+            tokens, accepted = rt.sample_steps(p, r, xs.size, script)
+            assert np.array_equal(accepted, ok_where)
+            assert np.array_equal(tokens[accepted], xs[accepted])
+            assert np.all(p[tokens[~accepted]] > r[tokens[~accepted]])
+
+
 @pytest.mark.parametrize("draft, match", [
     (4, "draft = 4 is out of range"), (-2, "draft must be an integer >= -1"),
     (1.5, "draft must be an integer"), ("1", "draft must be an integer"),
