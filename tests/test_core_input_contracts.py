@@ -80,11 +80,19 @@ class _Scripted(np.random.Generator):
         return super().random(size, *args, **kwargs)
 
 
-def test_sample_steps_accepts_exactly_below_p_over_r():
+@pytest.mark.parametrize("backend", ["numpy", "torch"])
+def test_sample_steps_accepts_exactly_below_p_over_r(monkeypatch, backend):
     """The batched sampler's acceptance rule at its boundary, as verify_draft's above: every
     step drafted, each token of positive r drafted (the uniform at the middle of its CDF
-    step), the acceptance uniform just under, then just over, min(1, p/r)."""
+    step), the acceptance uniform just under, then just over, min(1, p/r). The uniforms are
+    scripted: a numpy Generator's sized draws, or torch.rand on the torch path."""
     rng = np.random.default_rng(22)
+    if backend == "torch":
+        torch = pytest.importorskip("torch")
+        script = []
+        real = torch.rand
+        monkeypatch.setattr(torch, "rand", lambda k, **kw: torch.as_tensor(
+            script.pop(0), dtype=kw.get("dtype")) if script else real(k, **kw))
     for n in (2, 7, 60):
         p = rng.dirichlet(np.ones(n) * 0.5)
         r = rng.dirichlet(np.ones(n) * 0.5)
@@ -93,8 +101,13 @@ def test_sample_steps_accepts_exactly_below_p_over_r():
         ratio = p[xs] / r[xs]
         for side, ok_where in ((1 - 1e-8, np.ones(xs.size, bool)), (1 + 1e-8, ratio >= 1)):
             u = np.where(ratio >= 1, np.nextafter(1, 0), ratio * side)
-            script = _Scripted(np.zeros(xs.size), mid, u)  # drafted, which token, accept
-            tokens, accepted = rt.sample_steps(p, r, xs.size, script)
+            uniforms = [np.zeros(xs.size), mid, u]  # drafted, which token, accept
+            if backend == "numpy":
+                tokens, accepted = rt.sample_steps(p, r, xs.size, _Scripted(*uniforms))
+            else:
+                script[:] = uniforms
+                tokens, accepted = (t.numpy() for t in rt.sample_steps(
+                    torch.tensor(p), torch.tensor(r), xs.size, torch.Generator()))
             assert np.array_equal(accepted, ok_where)
             assert np.array_equal(tokens[accepted], xs[accepted])
             assert np.all(p[tokens[~accepted]] > r[tokens[~accepted]])
