@@ -17,7 +17,7 @@ import select
 import sys
 from importlib.metadata import entry_points
 
-from .validation import InputError
+from .validation import InputError, type_name
 
 EXIT_BAD_INPUT = 2
 
@@ -75,7 +75,7 @@ def build_parser() -> argparse.ArgumentParser:
             # an ImportError: its optional dependencies are missing; anything else (a stale
             # entry point's AttributeError, an error raised by the plugin's own import) used
             # to kill every command, the core's included: named with its type
-            why = exc if isinstance(exc, ImportError) else f"{type(exc).__name__}: {exc}"
+            why = exc if isinstance(exc, ImportError) else f"{type_name(exc)}: {exc}"
             print(_one_line(f"warning: command '{ep.name}' unavailable: {why}"), file=sys.stderr)
             continue
         register(sub)

@@ -298,6 +298,9 @@ def test_python_m_gpu_validation_run_refuses_without_torch(monkeypatch, capsys, 
     (AttributeError("module 'simulators.cli' has no attribute 'register'"),
      "AttributeError: module 'simulators.cli' has no attribute 'register'"),
     (RuntimeError("plugin failed\nat import"), "RuntimeError: plugin failed\\nat import"),
+    # a package's own exception is named with its package, as the report's message names it
+    (__import__("json").JSONDecodeError("bad entry", "x", 0),
+     "json.JSONDecodeError: bad entry: line 1 column 1 (char 0)"),
     (ImportError("cannot import name 'gone' from 'somewhere'"),
      "cannot import name 'gone' from 'somewhere'")])
 def test_a_plugin_command_that_fails_to_import_is_one_warning_and_the_core_works(
