@@ -113,9 +113,9 @@ def usable(kernel, q_prime, target_probs, min_elements=None) -> bool:
     """Whether the call goes to this engine: an ``"auto"`` kernel of at most
     :data:`MAX_ROWS` factor rows, a float32 CUDA tensor of at least :data:`MIN_ELEMENTS`
     elements (and a target of the same shape, dtype and device when one is given), triton
-    importable. Anything else takes the torch path, and so does a tensor that requires grad
-    while autograd records: the Triton kernels have no backward pass (their output had no
-    gradient, silently)."""
+    importable, and a kernel whose scaled passes stay within float32 (:func:`in_range`).
+    Anything else takes the torch path, and so does a tensor that requires grad while autograd
+    records: the Triton kernels have no backward pass (their output carried no gradient)."""
     if kernel.engine != "auto" or not B.is_torch(q_prime) or not q_prime.is_cuda:
         return False
     import torch
