@@ -362,25 +362,20 @@ def _left_for(kernel, vocab_map, like):
     token = vocab_map._device_indices.setdefault("triton token", object())
     key = ("triton_left_draft", token)
     cache = kernel._torch
-    new = not any(k[0] == key for k in list(cache._cache))
 
-    def gathered():  # (K + 2, N_D) float64
+    def gathered():  # (K + 2, N_D) float64, built once per device and dtype
+        weakref.finalize(vocab_map, _drop, weakref.ref(cache), key)
         keep, dst, _ = vocab_map.scatter_plan
         left = _left_host(kernel)
         cols = np.zeros((left.shape[0], vocab_map.n_draft))
         cols[:, keep] = left[:, dst]
         return cols
 
-    left = cache.get(key, gathered, like)
-    if new:
-        weakref.finalize(vocab_map, _drop, weakref.ref(cache), key)
-    return left
+    return cache.get(key, gathered, like)
 
 
 def _drop(cache_ref, key) -> None:
-    """Remove ``key``'s copies (every device and dtype) from a kernel's device cache, if the
-    kernel is still alive."""
+    """Remove ``key``'s copies from a kernel's device cache, if the kernel is still alive."""
     cache = cache_ref()
     if cache is not None:
-        for k in [k for k in list(cache._cache) if k[0] == key]:
-            cache._cache.pop(k, None)
+        cache.forget(key)

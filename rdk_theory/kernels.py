@@ -72,6 +72,11 @@ class _DeviceCache:
             self._cache[k] = copy.to(like.device)
         return self._cache[k]
 
+    def forget(self, key) -> None:
+        """Drop ``key``'s copies, on every device and in every dtype."""
+        for k in [k for k in list(self._cache) if k[0] == key]:
+            self._cache.pop(k, None)
+
 
 def check_width(q_prime, n: int, name: str = "q'") -> None:
     """InputError unless ``q_prime`` has ``n`` entries (the kernel's target ids) on its last
