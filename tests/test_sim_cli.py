@@ -72,6 +72,49 @@ def test_dsi_names_the_points_whose_best_lookahead_is_the_cap(capsys):
     assert rc == 0 and "at the cap" not in out
 
 
+def test_dsi_with_too_few_servers_reports_the_loss_to_si_and_exits_0(capsys):
+    """With one server (no parallelism) DSI loses to SI on part of the grid, which the model
+    allows (S < ceil(1/c)); the run exited 1 as if a check had failed. It now exits 0, counts
+    those points, and every one of them is a point without the guarantee."""
+    from simulators import dsi
+
+    rc, out, _ = _run(capsys, "dsi", "--servers", "1", "--c-points", "6", "--a-points", "6", "--json")
+    obj = json.loads(out)
+    slower = [(c, a) for i, c in enumerate(obj["c"]) for j, a in enumerate(obj["a"])
+              if obj["speedup_vs_si"][i][j] < 1 - INEQUALITY_SLACK]
+    assert rc == 0 and obj["guarantee_violations"] == {"non_si": 0, "si_where_servers_cover": 0}
+    assert obj["dsi_slower_than_si_points"] == len(slower) > 0
+    assert all(dsi.servers_needed(c, 1) > 1 for c, _ in slower)
+    rc, out, _ = _run(capsys, "dsi", "--servers", "1", "--c-points", "6", "--a-points", "6")
+    assert rc == 0 and f"DSI slower than SI at {len(slower)} of 36 grid points, {len(slower)} of them" in out
+
+
+@pytest.mark.parametrize("where", ["non_si", "si_where_servers_cover"])
+def test_dsi_exits_1_when_a_proved_guarantee_fails(capsys, monkeypatch, where):
+    """A model that broke either proved inequality (slower than non-SI anywhere, or slower than
+    SI where the servers cover the drafter) makes the run fail, and says which."""
+    from simulators import dsi
+
+    real = dsi.sweep
+
+    def broken(cs, as_, servers, k_max, progress=None):
+        sw = real(cs, as_, servers, k_max, progress)
+        # c = 0.215, a = 0.98: 5 servers cover it, and SI is faster than non-SI there
+        assert servers >= dsi.servers_needed(cs[2], 1) and sw["si"][2, 3] < 1
+        sw["dsi"][2, 3] = 1.5 if where == "non_si" else sw["si"][2, 3] * (1 + 1e-9)
+        return sw
+
+    monkeypatch.setattr(dsi, "sweep", broken)
+    rc, out, _ = _run(capsys, "dsi", "--servers", "7", "--c-points", "4", "--a-points", "4", "--json")
+    obj = json.loads(out)
+    assert rc == 1 and obj["guarantee_violations"][where] == 1
+    # 1.5 is slower than SI too, at a point the servers cover
+    assert obj["guarantee_violations"] == {"non_si": int(where == "non_si"), "si_where_servers_cover": 1}
+    rc, out, _ = _run(capsys, "dsi", "--servers", "7", "--c-points", "4", "--a-points", "4")
+    assert rc == 1 and (f"GUARANTEE VIOLATED: DSI slower than non-SI at {int(where == 'non_si')} points, "
+                        "slower than SI at 1 points") in out
+
+
 def test_disco_small(capsys):
     rc, out, _ = _run(capsys, "disco", "--tokens", "500", "--trace-length", "200", "--gamma-max", "4",
                       "--thresholds", "0.3", "--json")
@@ -274,23 +317,6 @@ def test_speedup_monte_carlo_speedup_divides_by_the_iteration_cost(capsys):
     assert row["mc"]["speedup_ci999"] == pytest.approx([x / cost for x in row["mc"]["ci999"]],
                                                        rel=FLOAT64_RTOL)
     assert row["speedup"] == pytest.approx(row["tokens_per_call"] / cost, rel=FLOAT64_RTOL)
-
-
-def test_dsi_exits_1_when_dsi_is_slower_somewhere(capsys, monkeypatch):
-    """Negative control of the exit status: a sweep whose DSI time exceeds SI's at one grid
-    point (dsi.sweep patched) is exit 1 and says so."""
-    from simulators import dsi
-
-    real = dsi.sweep
-
-    def slower(*a, **k):
-        sw = real(*a, **k)
-        sw["dsi"][0, 0] = sw["si"][0, 0] + 0.5
-        return sw
-
-    monkeypatch.setattr(dsi, "sweep", slower)
-    rc, out, _ = _run(capsys, "dsi", "--c-points", "3", "--a-points", "3", "--k-max", "4")
-    assert rc == 1 and "DSI SLOWER somewhere" in out
 
 
 def test_disco_best_static_gammas_are_the_argmins_gamma_zero_included(capsys):
