@@ -62,10 +62,11 @@ _compiled: dict = {}
 _F32 = np.dtype(np.float32)
 
 
-def _epilogue_py(buf, q, p, with_alpha, coef, scale, out, r0, j0, alpha, low):
+def _epilogue_py(buf, q, p, prow, with_alpha, coef, scale, out, r0, j0, alpha, low):
     """``out[r0 + i, j0 + k] = (buf[i, k] + q[r0 + i, j0 + k] coef[j0 + k]) g`` for the chunk,
     ``g = scale[r0 + i]`` (the row's ``1 / sum r`` for normalising input, else 1), with the
-    chunk's ``sum min(p, q'')`` added to ``alpha`` and its negative parts to ``low``."""
+    chunk's ``sum min(p, q'')`` (row ``prow[r0 + i]`` of ``p``) added to ``alpha`` and its
+    negative parts to ``low``."""
     rows, m = buf.shape
     c = coef[j0:j0 + m]
     for i in range(rows):
@@ -75,7 +76,7 @@ def _epilogue_py(buf, q, p, with_alpha, coef, scale, out, r0, j0, alpha, low):
         oi = out[r0 + i, j0:j0 + m]
         neg = 0.0
         if with_alpha:
-            pi = p[r0 + i, j0:j0 + m]
+            pi = p[prow[r0 + i], j0:j0 + m]
             s = 0.0
             for k in range(m):
                 x = (b[k] + qi[k] * c[k]) * g
@@ -153,7 +154,7 @@ def first_order(q_prime, target_probs, arrays, *, normalise: bool = False, rows:
         epilogue = _epilogue()
     left, right, coef = arrays
     n = coef.shape[0]
-    shape, q2, p2, with_alpha = _fused.rows_of(q_prime, target_probs, n)
+    shape, q2, p2, prow, with_alpha = _fused.rows_of(q_prime, target_probs, n)
     n_rows = q2.shape[0]
     out = np.empty((n_rows, n))
     alpha = np.zeros(n_rows)
@@ -189,12 +190,12 @@ def first_order(q_prime, target_probs, arrays, *, normalise: bool = False, rows:
             m = min(ch, n - j0)
             buf = flat[:nb * m].reshape(nb, m)
             np.matmul(u, right[:, j0:j0 + m], out=buf)
-            epilogue(buf, q2, p2, with_alpha, coef, scale, out, r0, j0, alpha, low)
+            epilogue(buf, q2, p2, prow, with_alpha, coef, scale, out, r0, j0, alpha, low)
     clip_row = _compiled["clip_row"]
     for i in np.flatnonzero(low < 0):  # rare: clip, renormalise, recompute the acceptance
-        clip_row(q2, p2, with_alpha, out, int(i), alpha, scale[i])
+        clip_row(q2, p2, prow, with_alpha, out, int(i), alpha, scale[i])
     if normalise:
-        _fused.redo_dividing_first(q2, p2 if with_alpha else None, sums, out, alpha,
+        _fused.redo_dividing_first(q2, p2 if with_alpha else None, prow, sums, out, alpha,
                                    lambda qn, pn: first_order(qn, pn, arrays, rows=rows,
                                                               chunk_bytes=chunk_bytes), lo, hi)
     return _fused.shaped(out, alpha, shape, with_alpha)

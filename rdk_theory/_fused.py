@@ -293,10 +293,11 @@ def _centre_py(u, sv, shift, inv_tau, scale, b0, nb_):
         sv[i] = sv[i] * g - corr
 
 
-def _pass2_py(q, p, with_alpha, c, inv_z, n_f, scale, out, b0, nb_, j_lo, j_hi, chunk, u, sv,
-              lo, al, v, one, cf):
+def _pass2_py(q, p, prow, with_alpha, c, inv_z, n_f, scale, out, b0, nb_, j_lo, j_hi, chunk, u,
+              sv, lo, al, v, one, cf):
     """Columns ``[j_lo, j_hi)``: ``q''`` written once; ``lo += sum of its negative parts``
-    (< 0 iff an entry is < 0) and, with ``p``, ``al += sum min(p, q'')``.
+    (< 0 iff an entry is < 0) and, with ``p``, ``al += sum min(p, q'')``; row ``i`` of ``q``
+    reads row ``prow[i]`` of ``p`` (:func:`rows_of`: a broadcast ``p`` is not copied).
 
     The diagonal coefficient ``coef_j = 1 - N / Z_j`` (an identity of the first-order
     definition: the vector sums to ``sum q'``) is formed per chunk into ``cf`` from ``inv_z``
@@ -317,7 +318,7 @@ def _pass2_py(q, p, with_alpha, c, inv_z, n_f, scale, out, b0, nb_, j_lo, j_hi, 
         c0, c1, c2, c3 = _group(c, 0, j0, m)
         for i in range(nb_):
             qi = q[b0 + i, j0:j0 + m]
-            pi = p[b0 + i, j0:j0 + m] if with_alpha else qi
+            pi = p[prow[b0 + i], j0:j0 + m] if with_alpha else qi
             w0, w1, w2, w3 = _weights(u[i], 0)
             g = scale[b0 + i]
             xs = qi
@@ -341,9 +342,10 @@ def _pass2_py(q, p, with_alpha, c, inv_z, n_f, scale, out, b0, nb_, j_lo, j_hi, 
             lo[i] += low
 
 
-def _clip_row_py(q, p, with_alpha, out, row, alpha, g):
+def _clip_row_py(q, p, prow, with_alpha, out, row, alpha, g):
     """Rare: clip row ``row`` at 0, renormalise it to ``g sum q`` (``sum q'``: ``g`` is the
-    row's scale, 1 when ``q`` is ``q'`` itself) and recompute its acceptance."""
+    row's scale, 1 when ``q`` is ``q'`` itself) and recompute its acceptance against row
+    ``prow[row]`` of ``p``."""
     oi = out[row]
     qi = q[row]
     n = oi.shape[0]
@@ -360,7 +362,7 @@ def _clip_row_py(q, p, with_alpha, out, row, alpha, g):
         x = oi[j] * scale
         oi[j] = x
         if with_alpha:
-            s += min(x, p[row, j])
+            s += min(x, p[prow[row], j])
     alpha[row] = s
 
 
@@ -375,7 +377,7 @@ def _work_item_py(it, nseg, rb, n_rows, n_chunks, chunk, n):
     return b, s, b0, min(b0 + rb, n_rows) - b0, j_lo, j_hi
 
 
-def _first_order_py(q, p, with_alpha, c, shift, inv_z, n_f, inv_tau, out, alpha, chunk, rb, nseg,
+def _first_order_py(q, p, prow, with_alpha, c, shift, inv_z, n_f, inv_tau, out, alpha, chunk, rb, nseg,
                     normalise, sums, scale, min_sum):
     """Rows in blocks of ``rb``; with ``nseg > 1`` each block's vocabulary is also split into
     ``nseg`` chunk-aligned segments. ``prange`` runs the work items on numba's threads in the
@@ -400,12 +402,12 @@ def _first_order_py(q, p, with_alpha, c, shift, inv_z, n_f, inv_tau, out, alpha,
             _pass1(q, inv_z, c, b0, nb_, 0, n, chunk, u, sv, sq, v)
             _scale_rows(sq, sums, scale, b0, nb_, normalise, min_sum)
             _centre(u, sv, shift, inv_tau, scale, b0, nb_)
-            _pass2(q, p, with_alpha, c, inv_z, n_f, scale, out, b0, nb_, 0, n, chunk, u, sv, lo,
-                   al, v, one, np.empty(chunk))
+            _pass2(q, p, prow, with_alpha, c, inv_z, n_f, scale, out, b0, nb_, 0, n, chunk, u, sv,
+                   lo, al, v, one, np.empty(chunk))
             for i in range(nb_):
                 alpha[b0 + i] = al[i]
                 if lo[i] < 0:
-                    _clip_row(q, p, with_alpha, out, b0 + i, alpha, scale[b0 + i])
+                    _clip_row(q, p, prow, with_alpha, out, b0 + i, alpha, scale[b0 + i])
     else:  # fewer blocks than threads (batch 1): split the vocabulary, reduce u between passes
         n_chunks = (n + chunk - 1) // chunk
         u = np.zeros((nblk, nseg, rb, r))
@@ -427,14 +429,14 @@ def _first_order_py(q, p, with_alpha, c, shift, inv_z, n_f, inv_tau, out, alpha,
             _centre(u[b, 0], sv[b, 0], shift, inv_tau, scale, b * rb, nb_)
         for it in prange(nblk * nseg):
             b, s, b0, nb_, j_lo, j_hi = _work_item(it, nseg, rb, n_rows, n_chunks, chunk, n)
-            _pass2(q, p, with_alpha, c, inv_z, n_f, scale, out, b0, nb_, j_lo, j_hi, chunk,
+            _pass2(q, p, prow, with_alpha, c, inv_z, n_f, scale, out, b0, nb_, j_lo, j_hi, chunk,
                    u[b, 0], sv[b, 0], lo[b, s], al[b, s], np.empty(chunk), one, np.empty(chunk))
         for row in range(n_rows):
             b = row // rb
             i = row - b * rb
             alpha[row] = al[b, :, i].sum()
             if lo[b, :, i].sum() < 0:
-                _clip_row(q, p, with_alpha, out, row, alpha, scale[row])
+                _clip_row(q, p, prow, with_alpha, out, row, alpha, scale[row])
     small = 0
     if normalise:
         for row in range(n_rows):
@@ -500,7 +502,7 @@ def first_order(q_prime, target_probs, arrays, *, normalise=False, threads=None,
         serial = _kernel(parallel=False)
     stored, shift, inv_z, tau = arrays
     n = inv_z.shape[0]
-    shape, q2, p2, with_alpha = rows_of(q_prime, target_probs, n)
+    shape, q2, p2, prow, with_alpha = rows_of(q_prime, target_probs, n)
     n_rows = q2.shape[0]
     out = np.empty((n_rows, n))
     alpha = np.empty(n_rows)
@@ -509,14 +511,14 @@ def first_order(q_prime, target_probs, arrays, *, normalise=False, threads=None,
     threads = 1 if threads is None or threads == 1 else max(1, min(int(threads), default_threads()))
     rb, nseg = _plan_memo(n_rows, n, stored.nbytes, threads, chunk, rows)
     lo = smallest_scaled_sum(tau)
-    args = (q2, p2, with_alpha, stored, shift, inv_z, float(n), 1.0 / tau, out, alpha,
+    args = (q2, p2, prow, with_alpha, stored, shift, inv_z, float(n), 1.0 / tau, out, alpha,
             chunk, rb, segments or nseg, bool(normalise), sums, scale, lo)
     if threads == 1:  # the serial build: no thread pool, no lock
         small = serial(*args)
     else:
         small = _run_parallel(args, threads)
     if small:
-        redo_dividing_first(q2, p2 if with_alpha else None, sums, out, alpha,
+        redo_dividing_first(q2, p2 if with_alpha else None, prow, sums, out, alpha,
                             lambda qn, pn: first_order(qn, pn, arrays, threads=threads,
                                                        chunk=chunk), lo)
     return shaped(out, alpha, shape, with_alpha)
@@ -529,16 +531,17 @@ def smallest_scaled_sum(tau):
     return max(TINY, (1.0 / tau) / MAX_SCALE_OVER_TAU)
 
 
-def redo_dividing_first(r, p, sums, out, alpha, run, lo=TINY, hi=np.inf):
+def redo_dividing_first(r, p, prow, sums, out, alpha, run, lo=TINY, hi=np.inf):
     """Rows of normalising input whose sum is positive but outside ``[lo, hi]`` (by default
     below :data:`TINY`; the engines gave them scale 0): divide them by their sum first, as
     :func:`rdk_theory.tli_proposal` does, and redo them with ``run(q', p or None) -> (q'',
-    alpha)``. Such rows are rare, and finding none costs one pass over ``sums``; shared by
-    both compiled engines."""
+    alpha)`` (row ``i`` of ``r`` goes with row ``prow[i]`` of ``p``, as in :func:`rows_of`).
+    Such rows are rare, and finding none costs one pass over ``sums``; shared by both
+    compiled engines."""
     small = np.flatnonzero((sums > 0) & ((sums < lo) | (sums > hi)))
     if small.size:
         rows = r[small]
-        got, a = run(rows / rows.sum(axis=-1, keepdims=True), None if p is None else p[small])
+        got, a = run(rows / rows.sum(axis=-1, keepdims=True), None if p is None else p[prow[small]])
         out[small] = got
         if p is not None:
             alpha[small] = a
@@ -570,17 +573,41 @@ def _run_parallel(args, threads):
 
 
 def rows_of(q_prime, target_probs, n):
-    """The compiled engines' inputs: ``(shape, q2, p2, with_alpha)`` with ``q2`` and ``p2``
-    C-contiguous float64 (rows, N) (``p2`` broadcast to ``q'``'s shape, or an empty stand-in
-    when ``target_probs`` is None); ``ValueError`` when ``q'`` is not over ``n`` tokens."""
+    """The compiled engines' inputs: ``(shape, q2, p2, prow, with_alpha)`` with ``q2`` and ``p2``
+    C-contiguous float64 (rows, N) and ``prow`` int64 (rows,): row ``i`` of ``q2`` goes with
+    row ``prow[i]`` of ``p2``. A ``p`` broadcast over ``q'``'s leading axes keeps its own rows
+    (one row for a ``p`` of shape (N,)), so ``p2`` is never copied out to ``q'``'s size.
+    Without ``target_probs``, ``p2`` and ``prow`` are empty stand-ins. ``ValueError`` when
+    ``q'`` is not over ``n`` tokens or ``p`` does not broadcast to it."""
     shape = q_prime.shape
     if shape[-1] != n:
         raise ValueError(f"q' has {shape[-1]} entries per row, the kernel {n}")
     q2 = _rows(q_prime)
     if target_probs is None:
-        return shape, q2, q2[:0], False
-    p = target_probs if target_probs.shape == shape else np.broadcast_to(target_probs, shape)
-    return shape, q2, _rows(p), True
+        return shape, q2, q2[:0], _NO_ROWS, False
+    if target_probs.shape == shape and target_probs.flags.c_contiguous:
+        return shape, q2, _rows(target_probs), _identity_rows(q2.shape[0]), True
+    if target_probs.shape[-1:] != (n,) or target_probs.ndim > len(shape):
+        raise ValueError(f"p of shape {target_probs.shape} does not broadcast to q' {shape}")
+    # a leading axis of stride 0 (a user's own broadcast view) is one row, not many copies
+    p = target_probs[tuple(slice(0, 1) if st == 0 and d > 1 else slice(None)
+                           for st, d in zip(target_probs.strides[:-1], target_probs.shape[:-1]))]
+    p2 = _rows(p)
+    lead = p.shape[:-1]
+    prow = np.arange(p2.shape[0], dtype=np.int64).reshape(lead) if lead else np.zeros((), np.int64)
+    prow = np.ascontiguousarray(np.broadcast_to(prow, shape[:-1])).reshape(-1)
+    return shape, q2, p2, prow, True
+
+
+_NO_ROWS = np.zeros(0, dtype=np.int64)
+
+
+@functools.lru_cache(maxsize=64)
+def _identity_rows(n_rows):
+    """``arange(n_rows)``, read-only and remembered (a decode loop asks for the same size)."""
+    rows = np.arange(n_rows, dtype=np.int64)
+    rows.flags.writeable = False
+    return rows
 
 
 def shaped(out, alpha, shape, with_alpha):

@@ -240,7 +240,7 @@ def test_the_epilogue_runs_as_plain_python_too():
     given = q * np.array([[1.0], [0.5], [3.0]])  # unnormalised rows, scaled back in the loop
     buf = (given @ left[:-1].T) @ right
     for j0 in (0, 16, 32):  # three chunks, the last one short
-        _blocked._epilogue_py(buf[:, j0:j0 + 16], given, p, True, coef,
+        _blocked._epilogue_py(buf[:, j0:j0 + 16], given, p, np.arange(len(p)), True, coef,
                               np.array([1.0, 2.0, 1 / 3]), out, 0, j0, alpha, low)
     assert_close(out, ref.transport(q))
     assert_close(alpha, rt.acceptance_rate(p, ref.transport(q)))

@@ -277,7 +277,8 @@ def test_the_loops_run_as_plain_python_too(segments, normalise):
     out, alpha, sums, scale = np.empty_like(q), np.empty(3), np.empty(3), np.empty(3)
     stored, shift, inv_z, tau = ref._fused_arrays
     given = q / 4 if normalise else q
-    _fused._first_order_py(given, p, True, stored, shift, inv_z, float(q.shape[1]), 1 / tau, out, alpha,
+    # p's rows stored in reverse and found through the row map
+    _fused._first_order_py(given, p[::-1].copy(), np.array([2, 1, 0]), True, stored, shift, inv_z, float(q.shape[1]), 1 / tau, out, alpha,
                            8, 2, segments, normalise, sums, scale, _fused.TINY)
     assert_close(out, ref.transport(q))
     assert_close(alpha, rt.acceptance_rate(p, ref.transport(q)))
@@ -494,3 +495,36 @@ def test_a_factor_beyond_float32_range_is_named_as_such():
         with pytest.raises(rt.InputError, match="beyond float32's range"):
             rt.FirstOrderCovarianceKernel.from_factor(factor, 1e90, factor_dtype="float32")
         assert rt.FirstOrderCovarianceKernel.from_factor(factor, 1e90).factor_dtype == "float64"
+
+
+@pytest.mark.parametrize("engine", ["fused", "blas"])
+@pytest.mark.parametrize("p_shape", ["(N,)", "(4, 1, N)", "(1, 3, N)", "view (4, 3, N)", "(4, 3, N) reversed"])
+def test_a_broadcast_target_is_read_through_its_own_rows_not_copied_out(engine, p_shape):
+    """Both compiled engines copied a target broadcast over the batch out to q''s full size
+    (batch x N float64: 134 MB at batch 64, N = 262K, for one shared row). They now read each
+    row of q' against its own row of the compact target (``rows_of``'s row map), with the
+    same proposal and acceptance as the materialised target, on rows that need the clip and
+    on a row of normalising input so small that it is divided first and redone."""
+    cal, q, _ = _case(25, seed=3, batch=(4, 3))
+    rng = np.random.default_rng(7)
+    p_full = {"(N,)": lambda: rng.dirichlet(np.ones(25)),
+              "(4, 1, N)": lambda: rng.dirichlet(np.ones(25), size=(4, 1)),
+              "(1, 3, N)": lambda: rng.dirichlet(np.ones(25), size=(1, 3)),
+              "view (4, 3, N)": lambda: np.broadcast_to(rng.dirichlet(np.ones(25)), (4, 3, 25)),
+              "(4, 3, N) reversed": lambda: rng.dirichlet(np.ones(25), size=(4, 3))[::-1]}[p_shape]()
+    ref = rt.FirstOrderCovarianceKernel(cal, 3e-4, engine="numpy")
+    kern = rt.FirstOrderCovarianceKernel(cal, 3e-4, engine=engine)
+    assert (ref.transport_unclipped(q).min(axis=-1) < 0).any()  # the clip is reached
+    r = q.copy()
+    r[1, 2] *= 1e-300  # below the engines' smallest scaled sum: divided first, redone
+    dense = np.ascontiguousarray(np.broadcast_to(p_full, q.shape))
+    want, want_alpha = ref.transport(q), rt.acceptance_rate(dense, ref.transport(q))
+    for normalise, given in ((False, q), (True, r)):
+        got, alpha = kern.transport_with_acceptance(given, p_full, normalise=normalise)
+        assert_close(got, want)
+        assert_close(alpha, want_alpha)
+    _, _, p2, prow, _ = _fused.rows_of(q, p_full, 25)
+    distinct = {"(N,)": 1, "(4, 1, N)": 4, "(1, 3, N)": 3, "view (4, 3, N)": 1,
+                "(4, 3, N) reversed": 12}[p_shape]
+    assert p2.shape == (distinct, 25) and prow.shape == (12,)
+    assert np.array_equal(p2[prow], dense.reshape(12, 25))
