@@ -604,10 +604,9 @@ _NO_ROWS = np.zeros(0, dtype=np.int64)
 
 @functools.lru_cache(maxsize=64)
 def _identity_rows(n_rows):
-    """``arange(n_rows)``, read-only and remembered (a decode loop asks for the same size)."""
-    rows = np.arange(n_rows, dtype=np.int64)
-    rows.flags.writeable = False
-    return rows
+    """``arange(n_rows)``, remembered (a decode loop asks for the same size). Left writeable:
+    numba types a read-only array apart and would compile the engines once more for it."""
+    return np.arange(n_rows, dtype=np.int64)
 
 
 def shaped(out, alpha, shape, with_alpha):

@@ -528,3 +528,21 @@ def test_a_broadcast_target_is_read_through_its_own_rows_not_copied_out(engine, 
                 "(4, 3, N) reversed": 12}[p_shape]
     assert p2.shape == (distinct, 25) and prow.shape == (12,)
     assert np.array_equal(p2[prow], dense.reshape(12, 25))
+
+
+@pytest.mark.parametrize("engine", ["fused", "blas"])
+def test_every_target_form_runs_on_one_compiled_signature(engine):
+    """The row map of a whole, a broadcast or an absent target has one numba type: a read-only
+    row map (or any other variant) would compile the engine again, some 40 s each."""
+    from rdk_theory import _blocked
+
+    cal, q, p = _case(25, seed=5, batch=(4, 3))
+    kern = rt.FirstOrderCovarianceKernel(cal, 0.05, engine=engine)
+    kern.transport_with_acceptance(q, p)
+    compiled = (_fused._compiled["first_order_serial"] if engine == "fused"
+                else _blocked._compiled["epilogue"])
+    before = len(compiled.signatures)
+    kern.transport_with_acceptance(q, p[0])
+    kern.transport_with_acceptance(q, np.broadcast_to(p[:, :1], q.shape))
+    kern.transport(q)
+    assert len(compiled.signatures) == before
