@@ -129,6 +129,7 @@ def compute_bounds(case, *, kernel_name: str = "identity", tau=None, lam=None,
     from rdk_theory import bounds
     from rdk_theory.acceptance import acceptance_rate, total_variation
     from rdk_theory.case import kernels_for
+    from rdk_theory.kernels import MarginalKernel
     from rdk_theory.proposals import build_proposals
 
     p, vm = case.target_probs, case.vocab_map
@@ -140,7 +141,7 @@ def compute_bounds(case, *, kernel_name: str = "identity", tau=None, lam=None,
         "intersection_size": int(vm.intersection.size), "kernel": kernel_name,
         "oov_cap": _summary(bounds.oov_cap(p, vm)),
         "alpha": {k: float(clipped_acceptance(p, v).mean()) for k, v in props.items()},
-        "tv_upper_bound": _summary(bounds.tv_upper_bound(p, props["rdk_exact"])),
+        "tv_upper_bound": _summary(_tv_bound(p, props["rdk_exact"])),
     }
     if "rdk_first_order" in props:
         tv = total_variation(props["rdk_exact"], props["rdk_first_order"], check=False)
@@ -154,9 +155,12 @@ def compute_bounds(case, *, kernel_name: str = "identity", tau=None, lam=None,
         out["best_mixing"] = {"lam": 0.0, "mean_alpha": out["alpha"]["tli"],
                               "note": "no OOV tokens: the rank-one kernel cannot help"}
     else:
-        if case.calibration_probs is not None and case.calibration_probs[:, oov].sum() > 0:
-            mu = case.calibration_probs.mean(axis=0)
-            w[oov] = mu[oov] / mu[oov].sum()
+        # the marginal kernel's own test of the mass: the mean's, not the rows' (subnormal
+        # entries can sum to more than 0 and average to 0, and w was then 0 / 0)
+        mu, mass = ((None, 0.0) if case.calibration_probs is None else
+                    MarginalKernel.calibration_oov_mass(case.calibration_probs, vm))
+        if mass > 0:
+            w[oov] = mu[oov] / mass
             src = "calibration mean restricted to OOV"
         else:
             w[oov] = 1.0 / oov.size
@@ -194,6 +198,16 @@ def compute_bounds(case, *, kernel_name: str = "identity", tau=None, lam=None,
     if skipped:
         out["best_static_kernel"] = {"skipped": skipped}
     return out
+
+
+def _tv_bound(p, proposal):
+    """``1 - TV(p, r / r(T))`` per context, raised to the acceptance it bounds where round-off
+    alone leaves it below (0.6 against 0.6000000000000001; at most ALPHA_GAP_ROUNDOFF)."""
+    from rdk_theory import bounds
+
+    tv = bounds.tv_upper_bound(p, proposal)
+    alpha = clipped_acceptance(p, proposal)
+    return np.where((tv < alpha) & (alpha <= tv + ALPHA_GAP_ROUNDOFF), alpha, tv)
 
 
 def _at_least(bound: float, ranked) -> float:

@@ -108,7 +108,7 @@ def best_mixing_lambda(target_probs, tli_proposals, w):
     # slope of each term just right of lam = 0: d where q' + lam d is the smaller side there
     live = ((d > 0) & (qp < p)) | ((d < 0) & (qp <= p))
     slope0 = float(d[live].sum()) / n_ctx
-    with np.errstate(divide="ignore", invalid="ignore"):
+    with np.errstate(divide="ignore", invalid="ignore", over="ignore"):  # subnormal d: inf, dropped
         kinks = (p - qp) / d
     inner = np.isfinite(kinks) & (kinks > 0) & (kinks < 1)
     # the distinct breakpoints, sorted, and the total slope drop at each

@@ -465,3 +465,49 @@ def test_best_static_kernel_mask_needs_every_row_not_every_column():
     m, best = best_static_kernel_lp(p, q, mask=[[1, 0], [1, 0]])  # everything to token 0
     assert_close(m, [[1.0, 0.0], [1.0, 0.0]], atol=LP_ATOL)
     assert_close(best, 0.5, atol=LP_ATOL)
+
+
+@pytest.mark.parametrize("kernel", ["identity", "marginal", "covariance"])
+def test_bounds_takes_calibration_mass_that_averages_to_zero(tmp_path, capsys, kernel):
+    """A subnormal calibration entry outside I (5e-324 in one of two rows) sums to more than
+    0 and averages to 0: 'bounds' divided 0 by 0 for the rank-one weight and exited 2 on a
+    case 'acceptance' takes, with a RuntimeWarning on stderr. The weight is now tested as the
+    marginal kernel tests it, on the mean: no mass, so the uniform weight on OOV."""
+    path = tmp_path / "case.npz"
+    np.savez(path, target_probs=np.array([[0.5, 0.3, 0.2]]), draft_probs=np.array([[0.6, 0.4]]),
+             draft_to_target=np.array([0, 2]),
+             calibration_probs=np.array([[1.0, 5e-324, 0.0], [1.0, 0.0, 0.0]]))
+    assert main(["bounds", str(path), "--kernel", kernel, "--json"]) == 0
+    cap = capsys.readouterr()
+    out = json.loads(cap.out)
+    assert cap.err == ""
+    assert out["best_mixing"]["w"] == "uniform on OOV (no calibration mass there)"
+    # w = e_1: q'' = (0.6 (1 - lam), lam, 0.4 (1 - lam)) against p = (0.5, 0.3, 0.2): the
+    # middle term grows until lam = 0.3, the first falls from lam = 1/6: 0.42 + 0.3 + 0.2
+    assert_close(out["best_mixing"]["lam"], 0.3)
+    assert_close(out["best_mixing"]["mean_alpha"], 0.92)
+
+
+def test_best_mixing_lambda_is_silent_on_a_subnormal_slope():
+    """A difference d = K q' - q' of 1e-320 made (p - q') / d overflow, and numpy printed a
+    RuntimeWarning on a valid case (exit 0); such a kink is past lam = 1 and is dropped."""
+    import warnings
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        lam, alpha = best_mixing_lambda(np.array([[0.2, 0.3, 0.5]]), np.array([[1.0, 0.0, 0.0]]),
+                                        np.array([0.0, 1.0, 1e-320]))
+    assert_close(lam, 0.3) and assert_close(alpha, 0.5)
+
+
+def test_bounds_never_reports_the_tv_bound_below_the_acceptance_it_bounds(tmp_path, capsys):
+    """1 - TV equals alpha for a normalised proposal, and round-off put it an ulp below (0.6
+    against rdk_exact's 0.6000000000000001 on this case, about 1 random case in 5)."""
+    path = tmp_path / "case.npz"
+    np.savez(path, target_probs=np.array([[0.1, 0.1, 0.8]]), draft_probs=np.array([[0.1, 0.5, 0.4]]),
+             draft_to_target=np.arange(3))
+    assert main(["bounds", str(path), "--json"]) == 0
+    out = json.loads(capsys.readouterr().out)
+    assert out["tv_upper_bound"]["mean"] >= out["alpha"]["rdk_exact"]
+    assert out["tv_upper_bound"]["per_context"][0] >= out["alpha"]["rdk_exact"]
+    assert_close(out["tv_upper_bound"]["mean"], 0.6)
