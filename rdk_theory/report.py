@@ -231,6 +231,7 @@ def cmd_report(args) -> int:
 
 def _run_report(args, keep, n) -> int:
     report = None
+    fallback = None  # auto without the real pair: why, warned once --vocab is known to be good
     if args.source in ("auto", "real"):
         from .cli import _one_line  # a reason may span lines: one warning line
 
@@ -242,7 +243,7 @@ def _run_report(args, keep, n) -> int:
         except SourceUnavailable as exc:  # auto: its reason, then the synthetic LM
             if args.source == "real":
                 raise
-            print(_one_line(f"warning: {exc}: using the synthetic Zipfian LM"), file=sys.stderr)
+            fallback = _one_line(f"warning: {exc}: using the synthetic Zipfian LM")
         else:
             if report is None and args.source == "real":
                 raise InputError("the real models are not fetched: run 'rdk-theory models "
@@ -250,13 +251,15 @@ def _run_report(args, keep, n) -> int:
             if report is None:
                 why = "real models not fetched ('rdk-theory models fetch')" if source else \
                     "no 'real' report source is installed"
-                print(f"warning: {why}: using the synthetic Zipfian LM", file=sys.stderr)
+                fallback = f"warning: {why}: using the synthetic Zipfian LM"
         if report is not None and args.vocab is not None:
             print(f"warning: --vocab {args.vocab} ignored: it sizes the synthetic LM, and the "
                   "real model pair has its own vocabulary (--source synthetic uses it)",
                   file=sys.stderr)
     if report is None:
-        n = _synthetic_vocab(args) if n is None else n
+        n = _synthetic_vocab(args) if n is None else n  # a bad --vocab: its error line alone
+        if fallback:
+            print(fallback, file=sys.stderr)
         report = synthetic_report(n=n, contexts=32 if args.quick else 64,
                                   calibration=128 if args.quick else 256, keep=keep,
                                   seed=args.seed)
