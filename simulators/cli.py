@@ -24,6 +24,11 @@ RAW = argparse.RawDescriptionHelpFormatter
 #: lookahead at every grid point, linear in each (default grid: 3.6 s at --k-max 64, 46 s at
 #: 1024); disco's toy LM runs one Monte Carlo policy per static gamma.
 DSI_MAX_WORK = 2**21  # c-points x a-points x k-max: about 80 s
+#: Most grid points of 'dsi' on each axis: rounded to 4 decimals, c's log-spaced points from
+#: 0.01 are distinct while 0.01 (100^(1/(n-1)) - 1) > 1e-4 (n <= 463), a's on [0, 0.98] while
+#: 0.98 / (n - 1) > 1e-4 (n <= 9,800)
+DSI_MAX_C_POINTS = 400
+DSI_MAX_A_POINTS = 2000
 DISCO_MAX_GAMMA = 64
 #: Longest acceptance trace: the toy LM's trace keeps its whole context (about 0.3 GB and 2 s
 #: at 8,000 positions on 2 cores, 1 GB and 12 s at 16,000).
@@ -43,7 +48,10 @@ def _figure(args, fn, *a):
     """Draw ``--figure`` after the results are printed: a write that fails at the end (the
     disk filled up) then loses the figure, not the run's numbers."""
     if getattr(args, "figure", None):
-        fn(args.figure, *a)
+        try:
+            fn(args.figure, *a)
+        except OSError as exc:  # the full disk's message named no file
+            raise OSError(exc.errno, exc.strerror or str(exc), args.figure) from exc
         if not args.json:
             print(f"figure written to {args.figure}")
 
@@ -137,6 +145,15 @@ def cmd_block(args) -> int:
 # --------------------------------------------------------------------------------- speedup
 #: Largest --gamma-max of 'speedup'.
 SPEEDUP_GAMMA_MAX = 512
+#: Most Monte Carlo iterations of 'speedup' and of 'spectr' (per alpha, per k): both draw in
+#: blocks (memory stays flat); 1e7 took 2.5 s at gamma 16 and 13 s per k for spectr here.
+SPEEDUP_MAX_MC = 10_000_000
+SPECTR_MAX_MC = 10_000_000
+#: Most random pairs of 'spectr' (about 20 ms each: 10,000 is some 3.5 minutes).
+SPECTR_MAX_TRIALS = 10_000
+#: Most tokens per policy of 'disco' (the default 15 policies took about 0.85 s per 1,000
+#: tokens together here: 200,000 is some 3 minutes).
+DISCO_MAX_TOKENS = 200_000
 
 
 def cmd_speedup(args) -> int:
@@ -145,11 +162,15 @@ def cmd_speedup(args) -> int:
 
     if args.gamma_max < 1 or args.gamma_max > SPEEDUP_GAMMA_MAX:
         raise InputError(f"--gamma-max must be in 1..{SPEEDUP_GAMMA_MAX}, got {args.gamma_max}")
+    bad = next((a for a in args.alpha if not 0 <= a <= 1), None)
+    if bad is not None:  # all of them before any Monte Carlo (a bad second one came after the first's)
+        raise InputError(f"--alpha values must be in [0, 1], got {bad}")
+    if args.mc > SPEEDUP_MAX_MC:
+        raise InputError(f"--mc must be at most {SPEEDUP_MAX_MC:,} for speedup (about 3 s per "
+                         f"alpha at gamma 16 on 2 cores), got {args.mc:,}")
     rows, curves, best = [], [], []
     rng = np.random.default_rng(args.seed)
     for a in args.alpha:
-        if not 0 <= a <= 1:
-            raise InputError(f"--alpha values must be in [0, 1], got {a}")
         g, s = optimal_gamma(a, args.c, args.gamma_max)
         curve = [float(speedup(a, k, args.c)) for k in range(args.gamma_max + 1)]
         row = {"alpha": a, "c": args.c, "best_gamma": g, "speedup": s,
@@ -204,8 +225,10 @@ INEQUALITY_SLACK_RUN = 1e-12
 def cmd_dsi(args) -> int:
     from . import dsi, plots
 
-    if args.c_points < 2 or args.a_points < 2:
-        raise InputError("--c-points and --a-points must be >= 2")
+    if not (2 <= args.c_points <= DSI_MAX_C_POINTS and 2 <= args.a_points <= DSI_MAX_A_POINTS):
+        raise InputError(f"--c-points must be in 2..{DSI_MAX_C_POINTS} and --a-points in "
+                         f"2..{DSI_MAX_A_POINTS} (the grid is rounded to 4 decimals: more points "
+                         f"repeat values), got {args.c_points} and {args.a_points}")
     if args.servers < 1:
         raise InputError(f"--servers must be >= 1, got {args.servers}")
     work = args.c_points * args.a_points * args.k_max
@@ -214,6 +237,7 @@ def cmd_dsi(args) -> int:
                          f"most {DSI_MAX_WORK:,} (about 80 s on 2 cores; the defaults make 76,800)")
     cs = np.round(np.geomspace(0.01, 1.0, args.c_points), 4)
     as_ = np.round(np.linspace(0.0, 0.98, args.a_points), 4)
+    assert np.unique(cs).size == cs.size and np.unique(as_).size == as_.size  # the caps' reason
     t0 = time.time()
     sw = dsi.sweep(cs, as_, args.servers, args.k_max, progress=lambda it: progress(it, desc="dsi sweep"))
     worst = float((sw["dsi"] - np.minimum(sw["si"], 1.0)).max())
@@ -287,6 +311,9 @@ def cmd_disco(args) -> int:
         raise InputError(f"--trace-length must be at most {DISCO_MAX_TRACE:,} (the toy LM's trace "
                          f"keeps its whole context: time and memory grow with its square), got "
                          f"{args.trace_length}")
+    if args.tokens > DISCO_MAX_TOKENS:
+        raise InputError(f"--tokens must be at most {DISCO_MAX_TOKENS:,} (every policy runs that many "
+                         f"on the toy LM: about 3 minutes at the defaults), got {args.tokens:,}")
     repeated = next((t for i, t in enumerate(args.thresholds) if t in args.thresholds[:i]), None)
     if repeated is not None:
         raise InputError(f"--thresholds lists {repeated!r} twice")
@@ -340,13 +367,14 @@ def cmd_disco(args) -> int:
              f"toy trace ({args.pair}/{args.sampler}, exact DP): best static gamma "
              f"{out['toy_trace']['best_static_gamma']} -> {min(tstatic):.4f}; oracle {toracle:.4f}; "
              f"oracle gain {out['toy_trace']['oracle_gain']:+.1%}",
-             f"toy LM speculative sampling ({args.tokens} tokens per policy, Monte Carlo; oracle and "
-             f"threshold draft at most --gamma-max {args.gamma_max} per call):",
+             f"toy LM speculative sampling ({args.tokens} tokens per policy, Monte Carlo; oracle"
+             f"{' and threshold' if thr else ''} draft at most --gamma-max {args.gamma_max} per call):",
              f"  {'policy':<16}{'time/token':>11}{'tokens/call':>13}{'gain':>8}"]
     for k, v in runs.items():
         lines.append(f"  {k:<16}{v['time_per_token']:>11.4f}{v['tokens_per_call']:>13.3f}"
                      f"{best_static / v['time_per_token'] - 1:>+8.1%}")
-    lines.append("(the threshold is picked on the same run: an optimistic estimate for a tuned policy)")
+    if thr:
+        lines.append("(the threshold is picked on the same run: an optimistic estimate for a tuned policy)")
     _emit(args, out, lines)
     _figure(args, plots.disco_figure, args.c, static, oracle, st, runs["oracle"]["time_per_token"],
             thr[best_thr_key]["time_per_token"] if thr else np.nan)
@@ -373,6 +401,10 @@ def cmd_spectr(args) -> int:
 
     if not 2 <= args.support <= 8 or not 1 <= args.k_max <= 5:
         raise InputError("--support must be in 2..8 and --k-max in 1..5 (exact enumeration)")
+    if args.trials > SPECTR_MAX_TRIALS or args.mc > SPECTR_MAX_MC:
+        raise InputError(f"--trials must be at most {SPECTR_MAX_TRIALS:,} and --mc at most "
+                         f"{SPECTR_MAX_MC:,} (some 3.5 minutes and 13 s per k on 2 cores), got "
+                         f"{args.trials:,} and {args.mc:,}")
     rng = np.random.default_rng(args.seed)
     p, q = _random_pair(rng, args.support)
     ks = range(1, args.k_max + 1)
@@ -492,7 +524,10 @@ def _figure_path(text):
     is none, and the path printed is the one written); the folder must exist."""
     import os
 
-    if not os.path.basename(text) or os.path.basename(text).endswith(".") or os.path.isdir(text):
+    name = os.path.basename(text)
+    # '.svg' is a hidden name without a suffix to Python: it wrote a PNG named '.svg.png'
+    if not name or name.endswith(".") or os.path.isdir(text) or (name.startswith(".") and
+                                                                  not os.path.splitext(name)[1]):
         raise argparse.ArgumentTypeError(f"{text!r} names no file (e.g. speedup.png)")
     path = text if os.path.splitext(text)[1] else text + ".png"
     fmt = os.path.splitext(path)[1][1:].lower()
@@ -569,7 +604,8 @@ def register(subparsers) -> None:
     s.add_argument("--gamma-max", type=_positive_int, default=16,
                    help="largest gamma searched, 1..512 (default 16)")
     s.add_argument("--mc", type=_mc_count, default=0,
-                   help="Monte Carlo iterations at the best gamma, 0 or >= 2 (default 0: none)")
+                   help=f"Monte Carlo iterations at the best gamma, 0 or 2..{SPEEDUP_MAX_MC:,} "
+                        "(default 0: none)")
     s.add_argument("--seed", type=_count, default=0, help="Monte Carlo seed (default 0)")
     common(s)
     s.set_defaults(func=cmd_speedup)
@@ -586,9 +622,9 @@ def register(subparsers) -> None:
                               "never-slower check")
     d.add_argument("--servers", type=_positive_int, default=7, help="target servers (default 7)")
     d.add_argument("--c-points", type=_positive_int, default=24,
-                   help="grid points in c, log-spaced on [0.01, 1], >= 2 (default 24)")
+                   help=f"grid points in c, log-spaced on [0.01, 1], 2..{DSI_MAX_C_POINTS} (default 24)")
     d.add_argument("--a-points", type=_positive_int, default=50,
-                   help="grid points in a, on [0, 0.98], >= 2 (default 50)")
+                   help=f"grid points in a, on [0, 0.98], 2..{DSI_MAX_A_POINTS} (default 50)")
     d.add_argument("--k-max", type=_positive_int, default=64,
                    help=f"largest lookahead (default 64; c-points x a-points x k-max at most "
                         f"{DSI_MAX_WORK:,})")
@@ -608,7 +644,8 @@ def register(subparsers) -> None:
     c.add_argument("--gamma-max", type=_positive_int, default=8,
                    help="largest static gamma, and the most drafts per call of the toy LM's oracle "
                         f"and threshold policies, 1..{DISCO_MAX_GAMMA} (default 8)")
-    c.add_argument("--tokens", type=_positive_int, default=20000, help="tokens per policy (default 20000)")
+    c.add_argument("--tokens", type=_positive_int, default=20000,
+                   help=f"tokens per policy, 1..{DISCO_MAX_TOKENS:,} (default 20000)")
     c.add_argument("--trace-length", type=int_at_least(2), default=2000,
                    help="positions of each acceptance trace, 2..10,000 (default 2000)")
     c.add_argument("--thresholds", type=_unit_float, nargs="*", default=[0.1, 0.2, 0.3, 0.4, 0.5],
@@ -627,9 +664,9 @@ def register(subparsers) -> None:
                    help="vocabulary size, 2..8 (default 4; the output law is enumerated exactly)")
     k.add_argument("--k-max", type=_positive_int, default=4, help="most drafts k, 1..5 (default 4)")
     k.add_argument("--trials", type=_positive_int, default=50,
-                   help="random pairs for the K-SEQ / LP-optimum ratio (default 50)")
+                   help=f"random pairs for the K-SEQ / LP-optimum ratio, 1..{SPECTR_MAX_TRIALS:,} (default 50)")
     k.add_argument("--mc", type=_count, default=0,
-                   help="Monte Carlo K-SEQ steps per k (default 0: none)")
+                   help=f"Monte Carlo K-SEQ steps per k, 0..{SPECTR_MAX_MC:,} (default 0: none)")
     k.add_argument("--seed", type=_count, default=0, help="seed of the random pairs (default 0)")
     common(k, figure=False)
     k.set_defaults(func=cmd_spectr)

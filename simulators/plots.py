@@ -16,9 +16,22 @@ def _plt():
 
 
 def _save(fig, path):
+    """Write ``fig`` to ``path`` whole or not at all: a write that fails part-way (a full disk)
+    leaves an earlier file there as it was, and no partial one. PostScript's note that it
+    renders transparency opaque (logged on every .eps/.ps figure) is kept off stderr."""
+    import logging
+
+    from rdk_theory._outdir import write_replacing
+
     fig.tight_layout()
-    fig.savefig(path, dpi=DPI)
-    _plt().close(fig)
+    ps_log = logging.getLogger("matplotlib.backends.backend_ps")
+    level = ps_log.level
+    ps_log.setLevel(logging.ERROR)
+    try:
+        write_replacing(path, lambda tmp: fig.savefig(tmp, dpi=DPI))
+    finally:
+        ps_log.setLevel(level)
+        _plt().close(fig)
 
 
 def speedup_figure(path, alphas, c, gamma_max, speedups, best):

@@ -4,6 +4,7 @@ from __future__ import annotations
 import json
 from fractions import Fraction
 
+import numpy as np
 import pytest
 
 from rdk_theory.cli import main
@@ -616,3 +617,116 @@ def test_the_monte_carlo_does_not_reuse_the_toy_models_random_stream(capsys, mon
     assert rc == 0 and seen and seeds == [seed]
     model_stream = np.random.default_rng(seed).random(8)  # what toy_pair(name, seed) draws from
     assert not np.any(np.isin(seen[0], model_stream))
+
+
+def test_a_figure_write_that_fails_part_way_keeps_the_earlier_figure(capsys, tmp_path, monkeypatch):
+    """savefig wrote straight to --figure: a full disk left a truncated PNG in place of the
+    earlier figure, and the error named no file. The figure is now written beside it and
+    renamed, so the earlier one stays whole, no partial file is left, and the path is named."""
+    pytest.importorskip("matplotlib")  # the figure (extra 'plot')
+    from matplotlib.figure import Figure
+
+    fig = tmp_path / "speedup.png"
+    fig.write_bytes(b"the earlier figure")
+
+    def half_written(self, path, **kw):
+        with open(path, "wb") as f:
+            f.write(b"\x89PNG partial")
+        raise OSError(28, "No space left on device")
+
+    monkeypatch.setattr(Figure, "savefig", half_written)
+    rc, out, err = _run(capsys, "speedup", "--alpha", "0.8", "--figure", str(fig))
+    assert rc == 2 and err == f"error: No space left on device: {fig}\n"
+    assert "best gamma" in out  # the numbers were printed first
+    assert fig.read_bytes() == b"the earlier figure"
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["speedup.png"]
+
+
+def test_a_postscript_figure_keeps_stderr_clean(capsys, caplog, tmp_path):
+    """matplotlib's PostScript backend logs that it renders transparency opaque on every
+    .eps figure: a warning on the stderr of a successful run (pytest takes log records into
+    caplog, not stderr: no record may reach it)."""
+    pytest.importorskip("matplotlib")  # the figure (extra 'plot')
+    caplog.set_level("WARNING")
+    rc, _, err = _run(capsys, "speedup", "--alpha", "0.8", "--figure", str(tmp_path / "s.eps"))
+    assert rc == 0 and err == "" and (tmp_path / "s.eps").read_bytes().startswith(b"%!PS")
+    assert not caplog.records
+
+
+@pytest.mark.parametrize("name", [".svg", ".png"])
+def test_a_figure_name_that_is_only_a_suffix_is_refused(capsys, tmp_path, name):
+    """'.svg' has no suffix to Python (a hidden name): it wrote a PNG named '.svg.png'."""
+    pytest.importorskip("matplotlib")
+    rc, _, err = _run(capsys, "speedup", "--figure", str(tmp_path / name))
+    assert rc == 2 and "names no file" in err and not list(tmp_path.iterdir())
+
+
+@pytest.mark.parametrize("argv, limit", [
+    (["speedup", "--mc", "10000001"], "--mc must be at most 10,000,000"),
+    (["spectr", "--mc", "10000001"], "--mc at most 10,000,000"),
+    (["spectr", "--trials", "10001"], "--trials must be at most 10,000"),
+    (["disco", "--tokens", "200001"], "--tokens must be at most 200,000"),
+    (["dsi", "--c-points", "401"], "--c-points must be in 2..400"),
+    (["dsi", "--a-points", "2001"], "--a-points in 2..2000"),
+])
+def test_sizes_that_would_run_for_hours_or_exhaust_memory_are_refused(capsys, monkeypatch, argv, limit):
+    """speedup's and spectr's --mc, spectr's --trials and disco's --tokens had no upper bound
+    (speedup --mc 3e7 was killed for memory without a word; disco --tokens 1e8 runs a day),
+    and dsi's rounded grid repeated values beyond some 460 c points. Refused before any work
+    (the toy pair and the samplers patched to fail loudly)."""
+    from simulators import block, dsi, spectr, toy_lm
+
+    def started(*a, **k):
+        raise AssertionError("the run started")
+
+    for mod, name in ((toy_lm, "toy_pair"), (block, "optimal_gamma"), (spectr, "compare_with_lp"),
+                      (dsi, "sweep")):
+        monkeypatch.setattr(mod, name, started)
+    rc, out, err = _run(capsys, *argv)
+    assert rc == 2 and out == "" and err.startswith("error: ") and err.count("\n") == 1
+    assert limit in err
+
+
+def test_speedup_checks_every_alpha_before_any_monte_carlo(capsys, monkeypatch):
+    """'--alpha 0.9 1.5 --mc 2e7' ran the first alpha's Monte Carlo (13 s, 4.3 GB) before
+    naming the second."""
+    from simulators import block
+
+    def started(*a, **k):
+        raise AssertionError("a Monte Carlo ran")
+
+    monkeypatch.setattr(block, "mc_tokens_iid", started)
+    rc, out, err = _run(capsys, "speedup", "--alpha", "0.9", "1.5", "--mc", "1000")
+    assert rc == 2 and out == "" and err == "error: --alpha values must be in [0, 1], got 1.5\n"
+
+
+def test_monte_carlo_blocks_draw_what_one_array_draws(monkeypatch):
+    """mc_tokens_iid draws in row blocks (memory stays flat): the very uniforms, hence the very
+    tokens, of one (n, gamma) array, for a block that does not divide n."""
+    from simulators import block
+
+    alphas = [0.9, 0.5, 0.7]
+    want = 1 + np.cumprod(np.random.default_rng(3).random((1000, 3)) < alphas, axis=1).sum(axis=1)
+    monkeypatch.setattr(block, "MC_BLOCK_ELEMENTS", 3 * 7)  # blocks of 7 rows
+    assert np.array_equal(block.mc_tokens_iid(alphas, 1000, np.random.default_rng(3)), want)
+
+
+def test_kseq_sample_in_blocks_is_each_block_drawn_in_turn(monkeypatch):
+    """kseq_sample draws in blocks of KSEQ_BLOCK steps (1e7 at once took 2.2 GB): n above a
+    block gives the blocks' draws one after another from the same generator."""
+    from simulators import spectr
+
+    p, q = np.array([0.5, 0.3, 0.2]), np.array([0.2, 0.2, 0.6])
+    rho = 1.3
+    rng = np.random.default_rng(5)
+    parts = [spectr.kseq_sample(p, q, rho, 2, m, rng) for m in (7, 7, 6)]
+    monkeypatch.setattr(spectr, "KSEQ_BLOCK", 7)
+    tokens, ok = spectr.kseq_sample(p, q, rho, 2, 20, np.random.default_rng(5))
+    assert np.array_equal(tokens, np.concatenate([t for t, _ in parts]))
+    assert np.array_equal(ok, np.concatenate([a for _, a in parts]))
+
+
+def test_disco_without_thresholds_says_nothing_of_a_threshold(capsys):
+    rc, out, _ = _run(capsys, "disco", "--tokens", "300", "--trace-length", "100", "--gamma-max", "2",
+                      "--thresholds")
+    assert rc == 0 and "threshold" not in out
