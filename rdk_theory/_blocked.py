@@ -129,7 +129,7 @@ def chunk_size(rows: int, n: int, itemsize: int, chunk_bytes: int = CHUNK_BYTES)
 
 
 def first_order(q_prime, target_probs, arrays, *, normalise: bool = False, rows: int = ROWS,
-                chunk_bytes: int = CHUNK_BYTES):
+                chunk_bytes: int = CHUNK_BYTES, min_sum: float = _fused.TINY):
     """First-order proposal (and, when ``target_probs`` is given, its acceptance).
 
     ``q_prime`` (..., N) float64; ``target_probs`` broadcastable to it, or None.
@@ -143,7 +143,10 @@ def first_order(q_prime, target_probs, arrays, *, normalise: bool = False, rows:
     0), as in :func:`rdk_theory._fused.first_order`: the float64 products take ``sum r`` from
     the ones row of ``left`` (float32 products: from the float64 sum taken while ``r`` is
     rounded), and the epilogue scales by ``1 / sum r``. ``rows`` and ``chunk_bytes`` set the
-    block and chunk sizes (tests use them to reach every path). Returns ``(proposal, alpha)``,
+    block and chunk sizes (tests use them to reach every path). ``min_sum``: normalising rows
+    with a smaller sum are divided first and redone (the kernel passes the fused engine's
+    :func:`rdk_theory._fused.smallest_scaled_sum` of its tau: at tau = 1e-300 an ``r`` of
+    1e-200 times ``C / Z`` underflowed to 0 before the scale). Returns ``(proposal, alpha)``,
     ``alpha`` None when ``target_probs`` is None. Needs numba.
     """
     epilogue = _compiled.get("epilogue")
@@ -167,6 +170,7 @@ def first_order(q_prime, target_probs, arrays, *, normalise: bool = False, rows:
     f32 = left.dtype == _F32
     q32 = np.empty((rb, n), dtype=_F32) if f32 else None
     lo, hi = F32_SUMS if f32 else (_fused.TINY, np.inf)
+    lo = max(lo, min_sum)
     for r0 in range(0, n_rows, rb):
         qb = q2[r0:r0 + rb]
         nb = qb.shape[0]
@@ -197,7 +201,8 @@ def first_order(q_prime, target_probs, arrays, *, normalise: bool = False, rows:
     if normalise:
         _fused.redo_dividing_first(q2, p2 if with_alpha else None, prow, sums, out, alpha,
                                    lambda qn, pn: first_order(qn, pn, arrays, rows=rows,
-                                                              chunk_bytes=chunk_bytes), lo, hi)
+                                                              chunk_bytes=chunk_bytes,
+                                                              min_sum=min_sum), lo, hi)
     return _fused.shaped(out, alpha, shape, with_alpha)
 
 

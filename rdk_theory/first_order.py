@@ -382,7 +382,8 @@ class FirstOrderCovarianceKernel(_DeviceCopies):
             return _fused.first_order(q_prime, target_probs, self._fused_arrays,
                                       normalise=normalise, threads=self.threads)
         return _blocked.first_order(q_prime, target_probs, self._blas_arrays(),
-                                    normalise=normalise)
+                                    normalise=normalise,
+                                    min_sum=_fused.smallest_scaled_sum(self.tau))
 
     def _blas_arrays(self):
         """``(left, right, coef)`` for the blas engine: the numpy engine's float64 matrices,

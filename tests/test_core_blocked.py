@@ -254,3 +254,21 @@ def test_without_numba_the_engine_says_so(monkeypatch):
     monkeypatch.setattr(_blocked, "_compiled", {})
     with pytest.raises(ImportError, match="numba"):
         _blocked.first_order(q, None, blas._blas_arrays())
+
+
+def test_a_tiny_row_at_a_tiny_tau_is_divided_first_as_on_the_fused_engine():
+    """At tau = 1e-300 the blas engine (auto's pick for 17 calibration rows) multiplied an
+    unnormalised r of 1e-200 by C / Z, which underflowed to 0 before the scale by 1 / sum r:
+    the proposal was uniform, (1/3, 1/3, 1/3) against the numpy engine's (0.278, 0.389,
+    0.333), and the acceptance 0.833 against 0.889. Such rows are now divided first below the
+    fused engine's own threshold for that tau."""
+    cal = np.array([[1.0, 0, 0]] * 9 + [[0, 1, 1e-300]] * 8)
+    vm, q, p = rt.VocabMap(3, [-1, 2]), np.array([1.0, 1e-200]), np.array([0.25, 0.5, 0.25])
+    auto = rt.FirstOrderCovarianceKernel(cal, tau=1e-300)
+    ref = rt.FirstOrderCovarianceKernel(cal, tau=1e-300, engine="numpy")
+    assert auto._route(q[None]) == "blas"
+    want, want_alpha = rt.rdk_proposal_with_acceptance(p, q, vm, ref)
+    got, alpha = rt.rdk_proposal_with_acceptance(p, q, vm, auto)
+    assert_close(got, want)
+    assert_close(alpha, want_alpha)
+    assert abs(want[0] - 0.278) < 1e-3  # not the uniform vector
