@@ -196,8 +196,12 @@ class IdentityKernel:
 
     def transport(self, q_prime):
         """``q'`` itself, read as every transport reads it (:func:`real_input`: an ndarray
-        subclass or a list as a plain array, a complex or string input refused)."""
-        return real_input(q_prime)
+        subclass or a list as a plain array, a complex or string input refused; a scalar
+        refused, as by every other kernel: ``q'`` is (..., N_T))."""
+        out = real_input(q_prime)
+        if not tuple(out.shape):
+            raise InputError("q' must hold the target ids on its last axis, got a scalar")
+        return out
 
     def row_sums(self):
         """The row sums of ``M``: the identity's rows sum to 1 (one value stands for all)."""
@@ -236,8 +240,9 @@ class DenseKernel(_DeviceCopies):
         shared = _shares_memory(m, matrix)
         if copy and shared:
             m, shared = m.copy(), False
-        if m.ndim != 2 or m.shape[0] != m.shape[1]:
-            raise InputError(f"{name} must be a square (N_T, N_T) matrix, got shape {m.shape}")
+        if m.ndim != 2 or m.shape[0] != m.shape[1] or m.shape[0] == 0:
+            raise InputError(f"{name} must be a square (N_T, N_T) matrix with N_T >= 1, got "
+                             f"shape {m.shape}")
         if check:
             check_nonnegative(m, name)
             with np.errstate(over="ignore"):  # a sum of huge entries is inf: reported
@@ -290,8 +295,8 @@ class SparseKernel(_DeviceCopies):
         m = sp.csr_matrix(matrix, dtype=np.float64, copy=True)
         m.sum_duplicates()  # an entry stored twice is its sum, as scipy reads the matrix
         m.eliminate_zeros()
-        if m.shape[0] != m.shape[1]:
-            raise InputError(f"{name} must be square, got shape {m.shape}")
+        if m.shape[0] != m.shape[1] or m.shape[0] == 0:
+            raise InputError(f"{name} must be square with N_T >= 1, got shape {m.shape}")
         if check:
             check_nonnegative(m.data, name)
             sums = np.asarray(m.sum(axis=1)).ravel()
@@ -472,6 +477,8 @@ def centred_rows(cal: np.ndarray) -> np.ndarray:
     tau) scaled to order one, so the kernel of three equal rows came out as noise instead of
     the uniform kernel of ``Omega = 0``."""
     d = cal - cal[:1]
+    if d.dtype == object:  # exact rows: a mean of Python ints would be a float
+        return d - d.sum(axis=0) * Fraction(1, d.shape[0])
     return d - d.mean(axis=0)
 
 
@@ -670,7 +677,7 @@ def sparse_topk_kernel(affinity, k: int, tau: float = 1.0, *, n: int | None = No
     for start in range(0, n, block):
         rows = np.arange(start, min(n, start + block))
         try:
-            blk = np.array(B.to_numpy(rows_of(rows)), dtype=np.float64)
+            blk = as_real_array(B.to_numpy(rows_of(rows)), "affinity(rows)")  # complex, strings: refused
         except IndexError:  # a callable over fewer ids than n (covariance_affinity's, say)
             raise InputError(f"affinity(rows) failed for rows {rows[0]}..{rows[-1]} with an "
                              f"index error: does the affinity cover n = {n} ids?") from None

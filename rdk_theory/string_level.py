@@ -54,7 +54,10 @@ def _token_strings(tokens, name: str, *, holes: bool = False) -> list:
     if isinstance(tokens, (str, bytes)):
         raise InputError(f"{name} must be a list of token strings, got the string {tokens!r} "
                          "(it would be read as its characters)")
-    tokens = list(tokens)
+    try:
+        tokens = list(tokens)
+    except TypeError:
+        raise InputError(f"{name} must be a list of token strings, got {type(tokens).__name__}") from None
     bad = next((t for t in tokens if not isinstance(t, str) or not (t or holes)), None)
     if bad is not None:
         raise InputError(f"{name} must be non-empty strings, got {bad!r}")
@@ -92,17 +95,29 @@ def _probabilities(values, name: str, *, sums: str | None = "1"):
 
 def _drafter_call(next_token_probs, context: tuple) -> Mapping:
     """``next_token_probs(context)``, refusing a drafter that is not a callable returning a
-    mapping: a dict of token probabilities passed as the drafter was a raw TypeError ('dict'
-    object is not callable), a callable returning a list a raw AttributeError."""
-    if not callable(next_token_probs):
+    mapping of non-empty token strings to probabilities summing to at most 1: a dict of token
+    probabilities passed as the drafter was a raw TypeError ('dict' object is not callable),
+    a callable returning a list a raw AttributeError, and negative or string probabilities
+    came back as psi values (-0.5, '0.5'). Each context's table is checked as
+    :func:`unigram_drafter` checks its own, once per call."""
+    if not callable(next_token_probs) or isinstance(next_token_probs, type):
         raise InputError(f"next_token_probs must be a callable context -> {{token: "
-                         f"probability}}, got {type(next_token_probs).__name__} (a dict of "
+                         f"probability}}, got {_what(next_token_probs)} (a dict of "
                          "token probabilities: wrap it with unigram_drafter)")
     out = next_token_probs(context)
     if not isinstance(out, Mapping):
         raise InputError(f"next_token_probs(context) must return a mapping token -> "
                          f"probability, got {type(out).__name__} for context {context!r}")
+    _token_strings(list(out), f"drafter tokens after context {context!r}")
+    if out:
+        _probabilities(list(out.values()), f"drafter probabilities after context {context!r}",
+                       sums="at most 1")
     return out
+
+
+def _what(x) -> str:
+    """A value's kind for an error message: ``the class X`` for a class, else its type's name."""
+    return f"the class {x.__name__}" if isinstance(x, type) else type(x).__name__
 
 
 def check_target_string(string) -> None:
@@ -128,9 +143,7 @@ def prefix_probability(string: str, next_token_probs: NextTokenProbs, prefix: tu
     stack = [(string, tuple(prefix), 1)]
     while stack:
         rest, context, weight = stack.pop()
-        for tok, prob in _drafter_call(next_token_probs, context).items():
-            if not tok:
-                raise InputError("drafter tokens must be non-empty strings")
+        for tok, prob in _drafter_call(next_token_probs, context).items():  # checked there
             if total is None:
                 total = 0 * prob  # the drafter's zero: Fraction(0) for Fractions, 0.0 for floats
             if tok.startswith(rest):

@@ -871,3 +871,84 @@ def test_psi_refuses_a_drafter_that_is_not_a_callable_returning_a_mapping():
         sl.psi_by_segmentations(["a"], {"a": 1.0}, ["a"])
     assert sl.psi(["a", "b"], sl.unigram_drafter({"a": Fraction(1, 4), "b": Fraction(3, 4)})).tolist() \
         == [Fraction(1, 4), Fraction(3, 4)]
+
+
+# ----------------------------------------------------------- a fuzzing pass over the public API
+@pytest.mark.parametrize("u, what", [("0.3", "strings"), (None, "Python objects"),
+                                     (0.9 + 0.5j, "complex numbers")])
+def test_inverse_cdf_refuses_uniforms_that_are_not_real_numbers(u, what):
+    """A string reached numpy's ufunc error, None a TypeError, and a complex u lost its
+    imaginary part and drew token 1."""
+    draw = rt.InverseCdf([0.5, 0.5])
+    with pytest.raises(rt.InputError, match=f"u must hold real numbers, got {what}"):
+        draw(u)
+    assert draw(0.7) == 1 and list(draw(np.array([0.1, 0.6], dtype=np.float32))) == [0, 1]
+
+
+def test_user_kernels_refuse_an_empty_matrix():
+    """A 0 x 0 matrix made a kernel of N_T = 0, refused only later against a map."""
+    import scipy.sparse as sp
+
+    with pytest.raises(rt.InputError, match="N_T >= 1, got shape \\(0, 0\\)"):
+        rt.DenseKernel(np.zeros((0, 0)))
+    with pytest.raises(rt.InputError, match="N_T >= 1, got shape \\(0, 0\\)"):
+        rt.SparseKernel(sp.csr_matrix((0, 0)))
+
+
+def test_calibration_covariance_of_python_ints_is_exact():
+    """An object array of Python ints is exact rows, as everywhere else; the centring took a
+    numpy mean of ints (a float), so Omega came back as floats 0.22222222222222224."""
+    omega = rt.calibration_covariance(np.array([[1, 0], [0, 1], [0, 1]], dtype=object))
+    assert omega.tolist() == [[Fraction(2, 9), Fraction(-2, 9)], [Fraction(-2, 9), Fraction(2, 9)]]
+    assert all(type(v) is Fraction for v in omega.flat)
+
+
+@pytest.mark.parametrize("block, what", [(lambda rows: np.full((len(rows), 3), "a"), "strings"),
+                                         (lambda rows: np.eye(3)[rows] * (1 + 1j), "complex numbers")])
+def test_sparse_topk_refuses_an_affinity_that_returns_no_real_numbers(block, what):
+    """Strings were a bare ValueError; complex blocks lost their imaginary part (a
+    ComplexWarning) and made a kernel."""
+    with pytest.raises(rt.InputError, match=f"affinity\\(rows\\) must hold real numbers, got {what}"):
+        rt.sparse_topk_kernel(block, 1, n=3)
+
+
+@pytest.mark.parametrize("x", [np.float64(0.5), Fraction(1, 2), 0.5])
+def test_the_identity_kernel_refuses_a_scalar_as_every_kernel_does(x):
+    with pytest.raises(rt.InputError, match="got a scalar"):
+        rt.IdentityKernel().transport(x)
+    with pytest.raises(rt.InputError, match="got a scalar"):
+        rt.DenseKernel(np.eye(2)).transport(x)
+
+
+def test_on_device_names_a_bad_index_name_and_a_bad_device():
+    pytest.importorskip("torch")
+    vm = rt.VocabMap(3, [0, 2])
+    with pytest.raises(rt.InputError, match="name must be one of keep, dst, intersection, source, got 'foo'"):
+        vm.on_device("foo", "cpu")
+    with pytest.raises(rt.InputError, match="'nodevice' is not a torch device"):
+        vm.on_device("keep", "nodevice")
+    assert vm.on_device("source", "cpu").tolist() == [0, -1, 1]
+
+
+@pytest.mark.parametrize("drafter, message", [
+    (lambda ctx: {"ab": -0.5, "b": 1.5}, "has a negative probability -0.5"),
+    (lambda ctx: {"ab": 0.5, "b": 0.75}, "sum"),
+    (lambda ctx: {"ab": "0.5"}, "must hold real numbers, got strings"),
+    (lambda ctx: {1: 0.5}, "must be non-empty strings, got 1"),
+    (rt.IdentityKernel, "got the class IdentityKernel"),
+])
+def test_string_level_checks_what_a_drafter_function_returns(drafter, message):
+    """Only a mapping was required: negative or string probabilities came back as psi
+    values (-0.5, '0.5'), an int token was an AttributeError, a class a TypeError."""
+    for f in (lambda: sl.psi(["ab", "b"], drafter), lambda: sl.prefix_probability("ab", drafter),
+              lambda: sl.psi_by_segmentations(["ab"], drafter, ["ab", "b"])):
+        with pytest.raises(rt.InputError, match=message):
+            f()
+
+
+def test_string_level_refuses_token_lists_that_are_not_lists():
+    draft = sl.unigram_drafter({"a": 0.5})
+    for f in (lambda: sl.psi(None, draft), lambda: sl.segmentations("ab", None),
+              lambda: sl.psi_by_segmentations(7, draft, ["a"])):
+        with pytest.raises(rt.InputError, match="must be a list of token strings, got"):
+            f()
