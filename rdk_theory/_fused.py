@@ -593,9 +593,11 @@ def rows_of(q_prime, target_probs, n):
     p = target_probs[tuple(slice(0, 1) if st == 0 and d > 1 else slice(None)
                            for st, d in zip(target_probs.strides[:-1], target_probs.shape[:-1]))]
     p2 = _rows(p)
+    if not p2.flags.writeable:  # a read-only view (of a user's broadcast): numba types it apart
+        p2 = p2.copy()
     lead = p.shape[:-1]
     prow = np.arange(p2.shape[0], dtype=np.int64).reshape(lead) if lead else np.zeros((), np.int64)
-    prow = np.ascontiguousarray(np.broadcast_to(prow, shape[:-1])).reshape(-1)
+    prow = np.array(np.broadcast_to(prow, shape[:-1])).reshape(-1)  # a copy: writeable, as above
     return shape, q2, p2, prow, True
 
 

@@ -677,7 +677,9 @@ def sparse_topk_kernel(affinity, k: int, tau: float = 1.0, *, n: int | None = No
     for start in range(0, n, block):
         rows = np.arange(start, min(n, start + block))
         try:
-            blk = as_real_array(B.to_numpy(rows_of(rows)), "affinity(rows)")  # complex, strings: refused
+            # complex, strings: refused; a copy (the loop writes into it): never the caller's
+            # array, which may be read-only (a memmap slice) or shared (a CPU tensor)
+            blk = np.array(as_real_array(B.to_numpy(rows_of(rows)), "affinity(rows)"))
         except IndexError:  # a callable over fewer ids than n (covariance_affinity's, say)
             raise InputError(f"affinity(rows) failed for rows {rows[0]}..{rows[-1]} with an "
                              f"index error: does the affinity cover n = {n} ids?") from None

@@ -63,7 +63,9 @@ class InverseCdf:
         if self.last < 0:  # the clamp below would return -1, which indexes the last token
             raise InputError("weights are all zero: nothing can be drawn from them")
         if not (type(u) is np.ndarray and u.dtype.kind == "f"):
-            u = as_real_array(u, "u")  # a string or a complex u was parsed, or lost its imaginary part
+            # a string or a complex u was parsed, or lost its imaginary part; a Python float
+            # (a draw per token in the simulators) takes the short way
+            u = np.asarray(u) if type(u) is float else as_real_array(u, "u")
         # outside [0, 1) (NaN included) a negative u returned index 0 whatever its weight,
         # and 7 or NaN the last positive one: refused, as the docstring promises no zero weight
         if u.size and not (u.min() >= 0 and u.max() < 1):  # two reads, no mask on the way

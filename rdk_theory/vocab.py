@@ -112,10 +112,11 @@ class VocabMap:
                       "intersection": lambda: self.intersection, "source": self._source}
             if name not in arrays:  # a bare KeyError named neither the method nor the choices
                 raise InputError(f"on_device: name must be one of {', '.join(arrays)}, got {name!r}")
-            try:
-                device = torch.device(device)
-            except (RuntimeError, TypeError) as exc:
-                raise InputError(f"on_device: {device!r} is not a torch device ({exc})") from None
+            if isinstance(device, str):  # None (the default device) and ints as torch reads them
+                try:
+                    device = torch.device(device)
+                except RuntimeError as exc:
+                    raise InputError(f"on_device: {device!r} is not a torch device ({exc})") from None
             self._device_indices[key] = torch.tensor(arrays[name](), dtype=torch.int64,
                                                      device=device)
         return self._device_indices[key]

@@ -497,7 +497,8 @@ def test_best_mixing_lambda_is_silent_on_a_subnormal_slope():
         warnings.simplefilter("error")
         lam, alpha = best_mixing_lambda(np.array([[0.2, 0.3, 0.5]]), np.array([[1.0, 0.0, 0.0]]),
                                         np.array([0.0, 1.0, 1e-320]))
-    assert_close(lam, 0.3) and assert_close(alpha, 0.5)
+    assert_close(lam, 0.3)
+    assert_close(alpha, 0.5)
 
 
 def test_bounds_never_reports_the_tv_bound_below_the_acceptance_it_bounds(tmp_path, capsys):

@@ -542,7 +542,11 @@ def test_every_target_form_runs_on_one_compiled_signature(engine):
     compiled = (_fused._compiled["first_order_serial"] if engine == "fused"
                 else _blocked._compiled["epilogue"])
     before = len(compiled.signatures)
-    kern.transport_with_acceptance(q, p[0])
-    kern.transport_with_acceptance(q, np.broadcast_to(p[:, :1], q.shape))
+    wide = np.concatenate([p, p], axis=-1)
+    for target in (p[0], np.broadcast_to(p[:, :1], q.shape), np.broadcast_to(p[0, 0], q.shape),
+                   wide[..., :25], p[::-1], np.asfortranarray(p.reshape(12, 25)).reshape(4, 3, 25)):
+        # a row, stride-0 views (the second one read-only row by row), a column slice, a
+        # reversed and a Fortran-ordered target: none may add a compiled signature
+        kern.transport_with_acceptance(q, target)
     kern.transport(q)
     assert len(compiled.signatures) == before
