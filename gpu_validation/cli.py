@@ -221,6 +221,8 @@ def config_from_args(args):
     if args.e2e_tokens is not None:
         kw["e2e_tokens"] = args.e2e_tokens
     if args.timing_sizes is not None:
+        if args.no_timing:  # ignored, even when invalid: the run went ahead without a word
+            raise InputError("--timing-sizes does not apply with --no-timing (no timing sweep runs)")
         kw["timing_sizes"] = _ints(args.timing_sizes, "--timing-sizes")
     if args.topk is not None:
         kw["topk"] = args.topk

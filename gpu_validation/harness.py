@@ -193,6 +193,11 @@ def run(cfg: RunConfig, log=print) -> dict:
         raise InputError(f"timing size {big[0]:,} exceeds {timing.MAX_SIZE:,} (4x the largest "
                          "built-in vocabulary, Gemma 3's 262,144)")
     models.check_specs(cfg.target, cfg.drafter, fetch_missing=cfg.fetch_missing)
+    tgt_b, drf_b = models.builtin_base(cfg.target), models.builtin_base(cfg.drafter)
+    if tgt_b and drf_b and tgt_b.vocab_size != drf_b.vocab_size:  # known without loading them
+        raise InputError(f"the pruned-drafter study needs target and drafter with the same "
+                         f"tokenizer; {tgt_b.name} ({tgt_b.vocab_size:,} ids) and {drf_b.name} "
+                         f"({drf_b.vocab_size:,}) differ (see --hetero for that case)")
     with out_folder(cfg.out):
         check_targets(cfg.out, OUTPUT_FILES)  # a folder there would fail only at the end
         return _run_stages(cfg, Path(cfg.out), log)

@@ -423,7 +423,21 @@ def parse_truncated(spec: str) -> tuple[int, str]:
         raise ModelError(f"{spec}: a truncated model keeps at least 1 layer, not {n_layers}")
     if not base:
         raise ModelError(f"{spec}: names no model after the layer count")
+    if base.startswith("truncated:"):  # accepted, then truncated twice at load time
+        raise ModelError(f"{spec}: the model after the layer count is itself truncated: name "
+                         "one truncation, 'truncated:LAYERS:MODEL'")
     return n_layers, base
+
+
+def builtin_base(spec: str) -> BuiltinModel | None:
+    """The built-in model ``spec`` names, through a ``truncated:`` prefix; None for a hub id
+    or a path (or a malformed spec, which :func:`check_spec` names)."""
+    if spec.startswith("truncated:"):
+        try:
+            spec = parse_truncated(spec)[1]
+        except ModelError:
+            return None
+    return get_builtin(spec)
 
 
 @contextmanager

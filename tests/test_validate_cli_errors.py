@@ -211,6 +211,21 @@ def test_hub_ids_builtin_names_and_existing_paths_reach_the_loader(tmp_path, mon
     # a truncated built-in drafter was checked only once both models had loaded
     (["--target", "smollm2-135m", "--drafter", "truncated:2:smollm2-135m", "--kept", "60000"],
      "error: --kept 60000 exceeds the vocabulary of smollm2-135m (49,152 tokens)"),
+    # two built-ins of different tokenizers were refused only once both had loaded (with
+    # --fetch: only the spec's form is checked before, as on a machine that fetched nothing)
+    (["--target", "smollm2-135m", "--fetch"],
+     "error: the pruned-drafter study needs target and drafter with the same tokenizer; "
+     "smollm2-135m (49,152 ids) and qwen2.5-coder-0.5b (151,936) differ (see --hetero"),
+    (["--drafter", "truncated:4:gemma-3-270m", "--fetch"],
+     "error: the pruned-drafter study needs target and drafter with the same tokenizer; "
+     "qwen2.5-coder-1.5b (151,936 ids) and gemma-3-270m (262,144) differ"),
+    # a truncation of a truncation was accepted, and truncated twice at load time
+    (["--drafter", "truncated:2:truncated:3:qwen2.5-coder-0.5b", "--fetch"],
+     "error: truncated:2:truncated:3:qwen2.5-coder-0.5b: the model after the layer count is "
+     "itself truncated"),
+    # ignored, even when invalid, beside --no-timing (which this test adds)
+    (["--timing-sizes", "99999999999"],
+     "error: --timing-sizes does not apply with --no-timing (no timing sweep runs)"),
 ])
 def test_specs_and_default_sizes_are_checked_as_given(tmp_path, capsys, loaded, argv, message):
     no_timing = [] if "--hetero" in argv else ["--no-timing"]  # --hetero refuses it
