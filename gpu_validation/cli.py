@@ -87,8 +87,10 @@ def cmd_models(args) -> int:
     elif "all" in names:
         raise InputError("'all' names every model: give it alone, not with other names")
     for n in names:
-        if n not in REGISTRY:
+        if n.lower() not in REGISTRY:
             raise InputError(f"unknown model {n!r}; choose from {', '.join(REGISTRY)} or 'all'")
+    # case-insensitive, as validate's --target and --drafter read built-in names
+    names = list(dict.fromkeys(n.lower() for n in names))
     to_load = [n for n in names if not listing and args.load
                and not models.bf16_cached(models.get_builtin(n))]
     if to_load:  # before the fetch (minutes), not a traceback once it is done

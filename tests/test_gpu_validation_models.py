@@ -153,6 +153,10 @@ def test_cli_models_list_and_bad_input(tmp_path, monkeypatch, capsys):
     assert main(["models", "list", "smollm2-135m"]) == 0
     rows = capsys.readouterr().out.splitlines()[2:]
     assert [r.split()[0] for r in rows] == ["smollm2-135m"]
+    # case-insensitive, as validate reads built-in names ('unknown model' here, accepted there)
+    assert main(["models", "list", "SmolLM2-135M", "smollm2-135m"]) == 0
+    rows = capsys.readouterr().out.splitlines()[2:]
+    assert [r.split()[0] for r in rows] == ["smollm2-135m"]
     for action in ("fetch", "list"):
         assert main(["models", action, "gpt-17"]) == 2
         assert "error: unknown model 'gpt-17'" in capsys.readouterr().err
