@@ -244,16 +244,10 @@ def _check_kept_fits(cfg, given=None) -> None:
     base) is refused before any model is loaded (hub ids and paths are checked once loaded:
     their size is not known before). ``given``: which options the user passed; a default
     size that does not fit is named as the default."""
-    from .models import ModelError, parse_truncated
-    from .registry import get_builtin
+    from .models import builtin_base
 
-    spec = cfg.drafter if isinstance(cfg.drafter, str) else None
-    if spec is not None and spec.startswith("truncated:"):
-        try:
-            spec = parse_truncated(spec)[1]
-        except ModelError:  # check_spec names the malformed spec
-            spec = None
-    drafter = get_builtin(spec) if spec is not None else None
+    # a malformed spec gives None here: check_spec names it
+    drafter = builtin_base(cfg.drafter) if isinstance(cfg.drafter, str) else None
     if drafter is not None:
         big = [(opt, k) for opt, sizes in (("--kept", cfg.kept), ("--e2e-kept", cfg.e2e_kept))
                for k in sizes if k > drafter.vocab_size]

@@ -381,13 +381,11 @@ BACKEND_EXTRAS = {"torch": "torch", "transformers": "models", "gguf": "models"}
 def _reads_gguf(spec: str) -> bool:
     """Whether loading ``spec`` reads a GGUF file (transformers then needs gguf, and torch even
     for the tokenizer alone): a built-in model without its bf16 copy, or a ``.gguf`` path."""
-    if spec.startswith("truncated:"):
-        try:
-            spec = parse_truncated(spec)[1]
-        except ModelError:  # check_spec names the malformed spec
-            return False
-    builtin = get_builtin(spec)
-    return not bf16_cached(builtin) if builtin is not None else spec.endswith(".gguf")
+    base = base_spec(spec)
+    if base is None:  # check_spec names the malformed spec
+        return False
+    builtin = get_builtin(base)
+    return not bf16_cached(builtin) if builtin is not None else base.endswith(".gguf")
 
 
 def backend_failure(*specs: str, weights: bool = True) -> str | None:
@@ -429,15 +427,22 @@ def parse_truncated(spec: str) -> tuple[int, str]:
     return n_layers, base
 
 
+def base_spec(spec: str) -> str | None:
+    """The model ``spec`` loads, through a ``truncated:`` prefix (``spec`` itself without
+    one); None for a malformed ``truncated:`` spec, which :func:`check_spec` names."""
+    if not spec.startswith("truncated:"):
+        return spec
+    try:
+        return parse_truncated(spec)[1]
+    except ModelError:
+        return None
+
+
 def builtin_base(spec: str) -> BuiltinModel | None:
-    """The built-in model ``spec`` names, through a ``truncated:`` prefix; None for a hub id
-    or a path (or a malformed spec, which :func:`check_spec` names)."""
-    if spec.startswith("truncated:"):
-        try:
-            spec = parse_truncated(spec)[1]
-        except ModelError:
-            return None
-    return get_builtin(spec)
+    """The built-in model ``spec`` names, through a ``truncated:`` prefix; None for a hub id,
+    a path or a malformed spec."""
+    base = base_spec(spec)
+    return None if base is None else get_builtin(base)
 
 
 @contextmanager
