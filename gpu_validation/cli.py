@@ -306,9 +306,12 @@ def cmd_hetero(args) -> int:
     _refuse_study_options(args)
     target = _given(args.target, HETERO_TARGET)
     given = _given(args.drafter, ",".join(HETERO_DRAFTERS))
+    names = given.split(",")
+    if not all(d.strip() for d in names):  # 'a,,b' read as 'a,b' hid a lost name
+        raise InputError(f"--drafter must be comma-separated model names, got {given!r}")
     # each once, the target dropped (hetero.run drops it: a drafter list of the target alone
     # printed an empty table, exit 0)
-    drafters = tuple(dict.fromkeys(d for d in given.split(",") if d and d != target))
+    drafters = tuple(dict.fromkeys(d for d in names if d != target))
     if not drafters:  # it loaded the target and printed an empty table, exit 0
         raise InputError(f"--drafter {given!r} names no drafter vocabulary other than the "
                          "target")

@@ -259,8 +259,8 @@ def test_sizes_up_to_the_builtin_drafters_vocabulary_are_accepted_and_beyond_ref
 
 def test_hetero_reads_a_comma_separated_drafter_list(monkeypatch, tmp_path, capsys,
                                                       stub_backends):
-    """'--drafter a,b,' names two drafters (an empty name is no drafter); each is checked
-    before the study, which gets them in order."""
+    """'--drafter a,b,a' names two drafters, each once; each is checked before the study,
+    which gets them in order."""
     from gpu_validation import cli, hetero
     from rdk_theory.cli import main
 
@@ -271,9 +271,22 @@ def test_hetero_reads_a_comma_separated_drafter_list(monkeypatch, tmp_path, caps
         (target, drafters, kw["out"])) or {})
     monkeypatch.setattr(hetero, "summary_lines", lambda report: ["table"])
     out = str(tmp_path / "h")
-    assert main(["validate", "--hetero", "--target", "t", "--drafter", "a,b,", "--out", out]) == 0
+    assert main(["validate", "--hetero", "--target", "t", "--drafter", "a,b,a", "--out", out]) == 0
     assert checked == ["t", "a", "b"] and ran == [("t", ("a", "b"), out)]
     assert capsys.readouterr().out == f"table\nwrote {out}/hetero.json\n"
+
+
+@pytest.mark.parametrize("value", ["", " ", "a,,b", "a,b,", ",a", "a, ,b"])
+def test_hetero_refuses_an_empty_drafter_name_before_loading(monkeypatch, capsys, value):
+    """An empty item was dropped ('a,,b' ran as 'a,b', hiding the name the user lost); it is
+    refused in one line, before any model is checked, as the size lists refuse theirs."""
+    from gpu_validation import cli
+    from rdk_theory.cli import main
+
+    monkeypatch.setattr(cli, "check_specs", lambda *a, **k: pytest.fail("specs checked"))
+    assert main(["validate", "--hetero", "--target", "t", "--drafter", value]) == 2
+    assert capsys.readouterr().err == ("error: --drafter must be comma-separated model "
+                                       f"names, got {value!r}\n")
 
 
 def test_next_token_in_i_counts_token_id_0():
