@@ -339,8 +339,9 @@ LOCAL_PREFIXES = ("/", "./", "../", "~")
 
 def check_spec(spec: str, *, fetch_missing: bool = False) -> None:
     """Refuse, before any model is loaded, a spec that cannot load: a malformed
-    ``truncated:LAYERS:MODEL``, a local path that does not exist, or (unless ``fetch_missing``)
-    a built-in model that is not fetched.
+    ``truncated:LAYERS:MODEL`` (or one keeping more layers than a built-in MODEL has), a local
+    path that does not exist, or (unless ``fetch_missing``) a built-in model that is not
+    fetched.
 
     A spec that is not built in is a local path when it ends in ``.gguf`` or starts with one of
     :data:`LOCAL_PREFIXES`; anything else (``Qwen/Qwen2.5-0.5B``, or ``models/mine``, a local
@@ -350,7 +351,12 @@ def check_spec(spec: str, *, fetch_missing: bool = False) -> None:
     if not spec:
         raise ModelError("an empty model name: give a built-in name, a hub id or a path")
     if spec.startswith("truncated:"):
-        return check_spec(parse_truncated(spec)[1], fetch_missing=fetch_missing)
+        n_layers, base = parse_truncated(spec)
+        builtin = get_builtin(base)
+        if builtin is not None and n_layers > builtin.n_layers:  # known without loading it
+            raise ModelError(f"{spec}: {builtin.name} has {builtin.n_layers} layers; cannot "
+                             f"keep {n_layers}")
+        return check_spec(base, fetch_missing=fetch_missing)
     builtin = get_builtin(spec)
     if builtin is not None:
         if not (fetch_missing or is_fetched(builtin)):

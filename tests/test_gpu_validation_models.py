@@ -486,3 +486,24 @@ def test_transformers_loading_bars_follow_the_terminal_rule(monkeypatch, termina
     lm = models.load("some/hub-id", dtype="float32")
     assert seen == [terminal] and lm.info["vocab_size"] == 7
     assert hf_logging.is_progress_bar_enabled()  # restored
+
+
+@pytest.mark.parametrize("name", sorted(REGISTRY))
+def test_registry_layer_counts_are_the_cached_models_own(name):
+    """``n_layers`` refuses 'truncated:L:NAME' before loading, so it must be the model's own
+    count: read from the cached bf16 config, else from the pinned GGUF's header (cheap, no
+    weights); skipped when neither is cached (the realmodel tier fetches the Qwen pair)."""
+    import json
+
+    model = REGISTRY[name]
+    if models.bf16_cached(model):
+        config = json.loads((models.bf16_dir(model) / "config.json").read_text())
+        assert config["num_hidden_layers"] == model.n_layers
+    elif models.gguf_path(model).is_file():
+        gguf = pytest.importorskip("gguf")
+        reader = gguf.GGUFReader(models.gguf_path(model))
+        arch = bytes(reader.fields["general.architecture"].parts[-1]).decode()
+        field = reader.fields[f"{arch}.block_count"]
+        assert int(field.parts[field.data[0]][0]) == model.n_layers
+    else:
+        pytest.skip(f"{name} is not in the cache")

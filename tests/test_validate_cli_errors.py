@@ -156,6 +156,11 @@ def test_a_missing_local_model_is_refused_before_any_model_loads(tmp_path, capsy
                                  "layer, not 0"),
     ("truncated:2:./nope.gguf", "the local .gguf file ./nope.gguf does not exist"),
     ("truncated:2:", "truncated:2:: names no model after the layer count"),
+    # beyond a built-in's layers: refused once the 0.5B had loaded, after the target
+    ("truncated:25:qwen2.5-coder-0.5b", "truncated:25:qwen2.5-coder-0.5b: qwen2.5-coder-0.5b "
+                                        "has 24 layers; cannot keep 25"),
+    ("truncated:19:Gemma-3-270m", "truncated:19:Gemma-3-270m: gemma-3-270m has 18 layers; "
+                                  "cannot keep 19"),
 ])
 def test_a_bad_truncated_drafter_is_refused_before_the_target_loads(tmp_path, capsys,
                                                                     monkeypatch, loaded, spec,
@@ -183,6 +188,7 @@ def test_an_unfetched_builtin_drafter_is_refused_before_the_target_loads(tmp_pat
 
 @pytest.mark.parametrize("spec", ["Qwen/Qwen2.5-0.5B", "models/mine", "gpt2",
                                   "QWEN2.5-CODER-0.5B", "truncated:2:Qwen/Qwen2.5-0.5B",
+                                  "truncated:24:qwen2.5-coder-0.5b",
                                   "{tmp}/here.gguf", "./here.gguf"])
 def test_hub_ids_builtin_names_and_existing_paths_reach_the_loader(tmp_path, monkeypatch,
                                                                    loaded, spec):
