@@ -142,13 +142,16 @@ def _refuse_big_kept(cfg: RunConfig, n: int) -> None:
 
 
 def collect_pair(cfg: RunConfig, log=print):
-    """Load both models and teacher-force them; returns (target, drafter, eval, calib, counts).
+    """Load both models (the drafter first) and teacher-force them; returns (target, drafter,
+    eval, calib, counts).
 
     A kept size of ``cfg`` (``kept``, ``e2e_kept``) beyond the ids the two models share is
     refused once they are loaded, before teacher forcing (minutes on the CPU)."""
-    tgt = models.load(cfg.target, device=cfg.device, dtype=cfg.dtype,
-                      fetch_missing=cfg.fetch_missing, log=log)
+    # the drafter first: the smaller model, so a drafter that cannot load (a hub id that does
+    # not exist, a truncation beyond a hub model's layers) fails before the target's minutes
     drf = models.load(cfg.drafter, device=cfg.device, dtype=cfg.dtype,
+                      fetch_missing=cfg.fetch_missing, log=log)
+    tgt = models.load(cfg.target, device=cfg.device, dtype=cfg.dtype,
                       fetch_missing=cfg.fetch_missing, log=log)
     if tgt.tokenizer.get_vocab() != drf.tokenizer.get_vocab():
         raise models.ModelError("the pruned-drafter study needs target and drafter with the same "
