@@ -203,6 +203,17 @@ def test_hub_ids_builtin_names_and_existing_paths_reach_the_loader(tmp_path, mon
     assert loaded == [spec] and not (tmp_path / "run").exists()
 
 
+def test_the_drafter_loads_first_so_a_drafter_that_cannot_load_costs_no_target_load(
+        tmp_path, monkeypatch, loaded):
+    """A hub-id drafter that does not exist fails only when it loads (nothing checks a hub id
+    offline): it was loaded after the target, minutes of the larger model wasted."""
+    monkeypatch.chdir(tmp_path)
+    with pytest.raises(AssertionError, match="a loader was reached"):
+        main(["validate", *FAST, "--target", "Qwen/Big", "--drafter", "nosuch/model",
+              "--kept", "8", "--out", str(tmp_path / "run")])
+    assert loaded == ["nosuch/model"]
+
+
 @pytest.mark.parametrize("argv, message", [
     # an empty spec was replaced by the default model (Qwen 1.5B loaded for --target '')
     (["--target", ""], "error: an empty model name"),
