@@ -58,19 +58,29 @@ class _DeviceCache:
 
         k = (key, str(like.device), like.dtype)
         if k not in self._cache:
-            array = np.asarray(array() if callable(array) else array)
-            if array.dtype == object:  # Fractions (an exact kernel) meet a float tensor
-                array = array.astype(np.float64)
-            copy = numpy_to_torch(array, dtype=like.dtype)  # on the host: the check syncs nothing
-            if (copy.is_floating_point() and bool(torch.isinf(copy).any())
-                    and np.all(np.isfinite(array))):
-                top = torch.finfo(like.dtype).max
-                wider = "float64" if top >= np.finfo(np.float32).max else "float32 or float64"
-                raise InputError(f"{what} holds {float(np.abs(array).max()):.4g}, beyond the "
-                                 f"range of {like.dtype} (largest {top:.4g}), the input's dtype "
-                                 f"in which the torch path computes: pass {wider} tensors{remedy}")
-            self._cache[k] = copy.to(like.device)
+            # outside inference mode: a kept inference tensor broke every later call that
+            # autograd records ("Inference tensors cannot be saved for backward")
+            with torch.inference_mode(False):
+                self._cache[k] = self._copy(array, like, what, remedy)
         return self._cache[k]
+
+    @staticmethod
+    def _copy(array, like, what, remedy):
+        """:meth:`get`'s new copy."""
+        import torch
+
+        array = np.asarray(array() if callable(array) else array)
+        if array.dtype == object:  # Fractions (an exact kernel) meet a float tensor
+            array = array.astype(np.float64)
+        copy = numpy_to_torch(array, dtype=like.dtype)  # on the host: the check syncs nothing
+        if (copy.is_floating_point() and bool(torch.isinf(copy).any())
+                and np.all(np.isfinite(array))):
+            top = torch.finfo(like.dtype).max
+            wider = "float64" if top >= np.finfo(np.float32).max else "float32 or float64"
+            raise InputError(f"{what} holds {float(np.abs(array).max()):.4g}, beyond the "
+                             f"range of {like.dtype} (largest {top:.4g}), the input's dtype "
+                             f"in which the torch path computes: pass {wider} tensors{remedy}")
+        return copy.to(like.device)
 
     def forget(self, key) -> None:
         """Drop ``key``'s copies, on every device and in every dtype."""

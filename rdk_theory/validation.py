@@ -167,7 +167,11 @@ def real_number(value) -> float | None:
     0-d array or tensor), else None: a bool, a string, a complex number or an array is none.
     A tensor that requires grad is read as its value (numpy refused it with torch's error)."""
     if _is_torch(value):
+        if value.is_complex() or value.is_quantized or value.is_nested:  # float() raised raw
+            return None  # (a 0-d complex tensor with no imaginary part passed as its real)
         value = value.detach()
+    if isinstance(value, np.complexfloating):  # float() dropped the imaginary part, warning
+        return None
     try:
         scalar = np.ndim(value) == 0 and not isinstance(value, (bool, np.bool_, str, bytes))
         return float(value) if scalar and np.asarray(value).dtype != bool else None
@@ -257,6 +261,9 @@ def as_count(value, name: str, lo: int = 0) -> int:
     whole-number float or Fraction (``1e5``, ``Fraction(2)``), or a 0-d array/tensor of one;
     anything else (``2.5``, NaN, a string, a bool, ``2**70``) raises InputError."""
     out = None
+    if _is_torch(value) and value.ndim != 0:  # operator.index read a one-element tensor
+        raise InputError(f"{name} must be an integer >= {lo}, got a tensor of shape "
+                         f"{tuple(value.shape)}")
     if (isinstance(value, np.ndarray) or _is_torch(value)) and value.ndim == 0:
         if _is_torch(value):
             check_dense_tensor(value, name)
@@ -332,6 +339,9 @@ def as_real_array(x, name: str) -> np.ndarray:
         raw = np.asarray(host(x, name))  # an ndarray is returned as it is
     except (TypeError, ValueError) as exc:
         raise InputError(f"{name} is not a numeric array: {exc}") from None
+    except RuntimeError as exc:  # a list holding a tensor that requires grad (torch's error)
+        raise InputError(f"{name} is not a numeric array: {exc} (pass one tensor, or a list "
+                         "of plain numbers)") from None
     if raw.dtype.kind == "O" and all(isinstance(v, numbers.Real) for v in raw.reshape(-1)):
         try:
             raw = raw.astype(np.float64)  # e.g. a list mixing Fractions and floats
@@ -407,6 +417,11 @@ def check_dense_tensor(x, name) -> None:
     if x.layout != _strided():
         raise InputError(f"{name} must be a dense tensor, got layout {x.layout} "
                          "(call .to_dense() first)")
+    if x.is_nested:  # strided in layout, but rows of several lengths: no shape to read
+        raise InputError(f"{name} is a nested tensor: pass one tensor of equal-length rows")
+    if x.is_quantized:  # strided too; torch's own conversions raised raw RuntimeErrors
+        raise InputError(f"{name} is a quantized tensor ({x.dtype}): call .dequantize() "
+                         "first")
     if x.device.type == "meta":
         raise InputError(f"{name} is on the meta device: it has a shape but no values")
 

@@ -945,6 +945,90 @@ def test_on_device_names_a_bad_index_name_and_a_bad_device():
     assert vm.on_device("keep", None).device.type == "cpu"  # None: torch's default device
 
 
+@pytest.mark.parametrize("device, message", [
+    (1.5, "device must be a torch device, a name or an index, got 1.5"),  # a raw TypeError
+    (True, "device must be a torch device, a name or an index, got True"),
+    (99, "99 is not a torch device here"),  # torch's raw RuntimeError (no accelerator 99)
+])
+def test_on_device_refuses_what_is_no_device_here_by_name(device, message):
+    pytest.importorskip("torch")
+    with pytest.raises(rt.InputError, match=f"^on_device: {message}"):
+        rt.VocabMap(3, [0, 2]).on_device("keep", device)
+
+
+def test_device_copies_made_in_inference_mode_leave_later_calls_differentiable():
+    """The index and kernel caches keep the first call's tensors: made under
+    torch.inference_mode they were inference tensors, and every later call that autograd
+    records raised 'Inference tensors cannot be saved for backward'."""
+    import scipy.sparse as sp
+
+    torch = pytest.importorskip("torch")
+    vm = rt.VocabMap(3, [0, 2])
+    cal = np.array([[0.5, 0.3, 0.2], [0.2, 0.2, 0.6]])
+    kernels = [rt.DenseKernel(np.full((3, 3), 1 / 3)), rt.MarginalKernel(cal[0], 0.5),
+               rt.FirstOrderCovarianceKernel(cal, 0.5), rt.SparseKernel(sp.eye(3).tocsr())]
+    with torch.inference_mode():
+        rt.vanilla_proposal(torch.tensor([0.5, 0.5]), vm)
+        for k in kernels:
+            k.transport(torch.tensor([0.2, 0.3, 0.5]))
+    q = torch.tensor([0.25, 0.75], dtype=torch.float64, requires_grad=True)
+    rt.vanilla_proposal(q, vm)[2].backward()
+    assert q.grad.tolist() == [0.0, 1.0]
+    for k in kernels:
+        x = torch.tensor([0.2, 0.3, 0.5], dtype=torch.float64, requires_grad=True)
+        k.transport(x).sum().backward()
+        assert_close(x.grad.numpy(), np.ones(3))  # row-stochastic: mass kept
+
+
+@pytest.mark.parametrize("make", [
+    lambda t: t.tensor(0.5 + 0.7j), lambda t: t.tensor(0.5 + 0j), lambda t: np.complex128(0.5),
+])
+def test_a_complex_tau_or_lam_is_refused_in_every_form(make):
+    """A 0-d complex tensor was a raw RuntimeError (or, with no imaginary part, read as its
+    real part), a numpy complex scalar lost its imaginary part with only a warning: a Python
+    complex and a complex array were already InputErrors."""
+    torch = pytest.importorskip("torch")
+    cal = np.array([[0.5, 0.5], [0.2, 0.8]])
+    with pytest.raises(rt.InputError, match="^tau must be a finite real number > 0, got"):
+        rt.FirstOrderCovarianceKernel(cal, make(torch))
+    with pytest.raises(rt.InputError, match=r"^lam must be a number in \[0, 1\], got"):
+        rt.MarginalKernel(cal[0], make(torch))
+
+
+def test_a_count_tensor_must_be_0_d_as_a_count_array_must():
+    """operator.index reads any one-element integer tensor: tensor([2]) ran 2 steps where
+    np.array([2]) was refused."""
+    torch = pytest.importorskip("torch")
+    p = torch.tensor([0.5, 0.5], dtype=torch.float64)
+    with pytest.raises(rt.InputError, match=r"^n must be an integer >= 0, got a tensor of "
+                                            r"shape \(1,\)$"):
+        rt.sample_steps(p, p, torch.tensor([2]), None)
+    with pytest.raises(rt.InputError, match=r"got a tensor of shape \(1, 1\)$"):
+        rt.VocabMap.identity(torch.tensor([[3]]))
+    assert as_count(torch.tensor(2), "n") == 2
+
+
+@pytest.mark.parametrize("make, message", [
+    (lambda t: [t.tensor(0.5, requires_grad=True), t.tensor(0.5)],
+     "target_probs is not a numeric array: .*requires grad"),
+    (lambda t: t.quantize_per_tensor(t.tensor([0., 1.]), 1.0, 0, t.quint8),
+     r"target_probs is a quantized tensor \(torch.quint8\): call .dequantize\(\) first"),
+    (lambda t: t.nested.nested_tensor([t.tensor([0., 1.]), t.tensor([1., 0.])]),
+     "target_probs is a nested tensor"),
+])
+def test_exotic_tensor_inputs_are_input_errors(make, message):
+    """Raw RuntimeErrors before: a list holding a tensor that requires grad, and the quantized
+    and nested tensors, whose layout is strided like a dense tensor's."""
+    import warnings
+
+    torch = pytest.importorskip("torch")
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # nested tensors are a prototype: torch warns
+        p = make(torch)
+    with pytest.raises(rt.InputError, match=f"^{message}"):
+        rt.acceptance_rate(p, torch.tensor([0., 1.], dtype=torch.float64))
+
+
 @pytest.mark.parametrize("drafter, message", [
     (lambda ctx: {"ab": -0.5, "b": 1.5}, "has a negative probability -0.5"),
     (lambda ctx: {"ab": 0.5, "b": 0.75}, "sum"),
