@@ -12,6 +12,7 @@ All functions take an explicit ``numpy.random.Generator``; none seeds anything g
 """
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 
 import numpy as np
@@ -73,11 +74,17 @@ def _check_size(size) -> tuple:
 
 
 def dirichlet(rng, n: int, concentration: float = 1.0, size: int | tuple = ()) -> np.ndarray:
-    """Draws from ``Dirichlet(concentration * 1_n)``, shape ``size + (n,)``."""
+    """Draws from ``Dirichlet(concentration * 1_n)``, shape ``size + (n,)``.
+
+    Exact zeros have the law's frequency: where a gamma draw could underflow (concentrations
+    below about 0.05), rows are drawn in log space, so an entry is 0 only where its proportion
+    is below float64's range."""
     _check_rng(rng)
     n = _check_n(n)
     concentration = _check_positive(concentration, "concentration")
     size = _check_size(size)
+    if _gammas_may_underflow(concentration, n * math.prod(size)):
+        return _dirichlet_in_log_space(rng, n, concentration, size + (n,))
     g = rng.gamma(concentration, size=size + (n,))
     with np.errstate(over="ignore"):  # huge concentrations: draws near 1e306 overflow the sum;
         s = g.sum(axis=-1, keepdims=True)  # such rows are scaled by their maximum first
@@ -85,24 +92,46 @@ def dirichlet(rng, n: int, concentration: float = 1.0, size: int | tuple = ()) -
         g = np.where(np.isfinite(s), g, g / g.max(axis=-1, keepdims=True))
         s = g.sum(axis=-1, keepdims=True)
     out = g / np.where(s > 0, s, 1.0)
-    # For tiny concentrations the gamma draws of a row may underflow: to 0, or to subnormals
-    # of a few bits, whose ratios come out as coarse fractions (3e-323 / 4e-323). Rows whose
-    # sum is below n * tiny (so their largest draw may be subnormal) are drawn again in log
-    # space, G_a = G_(a+1) U^(1/a) (U uniform), and normalised by a softmax: the same law, no
-    # underflow, every id alike. A Dirichlet row's proportions are independent of its gamma
-    # sum (Lukacs), so choosing rows by their sum leaves the law unchanged. Other rows keep
-    # their draws (so seeded results stay as they were). log U / a is shifted by its row
-    # maximum first (softmax ignores a row constant): unshifted, a whole row could overflow
-    # to -inf and come out NaN. n * tiny: n at most 2^63, so it is finite.
+    # Where no draw is expected to underflow (_gammas_may_underflow), one still might: to 0,
+    # or to subnormals of a few bits, whose ratios come out as coarse fractions (3e-323 /
+    # 4e-323). Rows whose sum is below n * tiny (so their largest draw may be subnormal) are
+    # drawn again in log space: the same law, every id alike. A Dirichlet row's proportions
+    # are independent of its gamma sum (Lukacs), so choosing rows by their sum leaves the law
+    # unchanged. Other rows keep their draws. n * tiny: n at most 2^63, so it is finite.
     under = s[..., 0] < n * np.finfo(np.float64).tiny
     if np.any(under):
-        m = int(under.sum())
-        log_g1 = np.log(rng.gamma(concentration + 1, size=(m, n)))  # drawn first, as always:
-        log_u = np.log(rng.random((m, n)))  # seeded results stay as they were
-        with np.errstate(over="ignore"):  # -inf below a row's maximum: exp gives an exact 0
-            log_g = log_g1 + (log_u - log_u.max(axis=-1, keepdims=True)) / concentration
-        out[under] = softmax(log_g)
+        out[under] = _dirichlet_in_log_space(rng, n, concentration, (int(under.sum()), n))
     return out
+
+
+#: Expected number of gamma draws below float64's smallest normal number above which
+#: :func:`dirichlet` draws every row in log space: below it, the draws are normalised as they
+#: are (about 1e-3 per draw at a concentration of 0.01, 1e-31 at 0.1).
+UNDERFLOW_DRAWS = 1e-12
+
+
+def _gammas_may_underflow(concentration: float, draws: int) -> bool:
+    """Whether ``draws`` Gamma(concentration) draws are expected to put more than
+    :data:`UNDERFLOW_DRAWS` of them below the smallest normal float64 (there they lose bits, or
+    become 0 where the row's proportion is still representable: at a = 1e-3, n = 3, 40% of
+    first coordinates came out exactly 0 where the Dirichlet law gives 32%). A rule on the
+    parameters, not on the draws: choosing rows by their draws would bias the law."""
+    from scipy.special import gammainc
+
+    return draws * float(gammainc(concentration, np.finfo(np.float64).tiny)) > UNDERFLOW_DRAWS
+
+
+def _dirichlet_in_log_space(rng, n: int, concentration: float, shape: tuple) -> np.ndarray:
+    """Dirichlet(concentration 1_n) rows of ``shape`` (last axis n) drawn in log space:
+    ``G_a = G_(a+1) U^(1/a)`` with U uniform, normalised by a softmax, so no draw underflows
+    before the normalisation (a proportion below float64's range is an exact 0). ``log U / a``
+    is shifted by its row maximum first (softmax ignores a row constant): unshifted, a whole
+    row could overflow to -inf and come out NaN."""
+    log_g1 = np.log(rng.gamma(concentration + 1, size=shape))  # the gammas first, then the
+    log_u = np.log(rng.random(shape))  # uniforms: seeded results depend on the order
+    with np.errstate(over="ignore"):  # -inf below a row's maximum: exp gives an exact 0
+        log_g = log_g1 + (log_u - log_u.max(axis=-1, keepdims=True)) / concentration
+    return softmax(log_g)
 
 
 def zipf(n: int, exponent: float = 1.1, *, rng=None) -> np.ndarray:
@@ -138,7 +167,8 @@ def adversarial_pairs(n: int) -> dict[str, tuple[np.ndarray, np.ndarray]]:
     if n < 2:
         raise InputError("adversarial pairs need n >= 2")
     u = np.full(n, 1.0 / n)
-    e0, e1 = np.eye(n)[0], np.eye(n)[1]
+    e0, e1 = np.zeros(n), np.zeros(n)  # not np.eye(n)'s rows: n^2 memory, 488 GiB at 256K
+    e0[0] = e1[1] = 1.0
     half = n // 2
     left = np.r_[np.full(half, 1.0 / half), np.zeros(n - half)]
     right = np.r_[np.zeros(half), np.full(n - half, 1.0 / (n - half))]

@@ -167,6 +167,22 @@ def test_zipfian_lm_reads_exact_scalars_and_steep_exponents_as_laws():
         assert_close(rows.sum(-1), 1.0)
 
 
+def test_adversarial_pairs_of_a_large_vocabulary_need_linear_memory():
+    """The point masses were rows of np.eye(n): 488 GiB at n = 256,000, a MemoryError. Now a
+    few vectors of n: well under 100 MB at n = 10^6 (measured with tracemalloc)."""
+    import tracemalloc
+
+    tracemalloc.start()
+    try:
+        pairs = synthetic.adversarial_pairs(1_000_000)
+        peak = tracemalloc.get_traced_memory()[1]
+    finally:
+        tracemalloc.stop()
+    assert peak < 100e6, peak
+    p, q = pairs["point_masses_distinct"]
+    assert p[0] == q[1] == 1.0 and p.sum() == q.sum() == 1.0
+
+
 def test_adversarial_pairs_share_no_arrays():
     pairs = synthetic.adversarial_pairs(4)
     arrays = [a for pq in pairs.values() for a in pq]
@@ -208,22 +224,69 @@ def test_huge_concentrations_give_laws_not_zero_rows():
     assert np.allclose(d, 1e-3, rtol=1e-6, atol=0)
 
 
-def test_rows_that_underflow_keep_their_seeded_redraws():
-    """The redraw takes the gamma draws, then the uniforms (reordering them changed every
-    redrawn row for a seed, at a = 1e-3 already); the row shift changes only round-off."""
+def test_where_draws_may_underflow_every_row_is_drawn_in_log_space_seeded():
+    """At a = 1e-3 half the gamma draws fall below float64's smallest normal number: every row
+    is drawn in log space (the gammas of shape a + 1 first, then the uniforms), whatever its
+    draws; at a = 0.3 none is expected to, and the gammas are normalised as they are."""
     from rdk_theory._backend import softmax
 
+    assert synthetic._gammas_may_underflow(1e-3, 2) and synthetic._gammas_may_underflow(0.03, 1e3)
+    assert not synthetic._gammas_may_underflow(0.05, 1e3)
     a, n, size = 1e-3, 2, 400
     rng = np.random.default_rng(5)
-    g = rng.gamma(a, size=(size, n))
-    under = g.sum(-1) < n * np.finfo(np.float64).tiny
-    assert 0 < under.sum() < size  # both kinds of row occur
-    want = g / np.where(under, 1.0, g.sum(-1))[:, None]
-    m = int(under.sum())
-    log_g = np.log(rng.gamma(a + 1, size=(m, n))) + np.log(rng.random((m, n))) / a
-    want[under] = softmax(log_g)
-    got = synthetic.dirichlet(np.random.default_rng(5), n, a, size=size)
+    log_g1, log_u = np.log(rng.gamma(a + 1, size=(size, n))), np.log(rng.random((size, n)))
+    want = softmax(log_g1 + (log_u - log_u.max(-1, keepdims=True)) / a)
+    assert_close(synthetic.dirichlet(np.random.default_rng(5), n, a, size=size), want, rtol=0)
+
+
+@pytest.mark.mc
+def test_exact_zeros_of_a_tiny_concentration_dirichlet_have_the_laws_frequency():
+    """Monte Carlo: n = 40,000 draws of Dirichlet(1e-3 1_3). The first coordinate is
+    Beta(1e-3, 2e-3), so it rounds to an exact 0 (below half of 2^-1074, float64's smallest
+    number) with probability beta.cdf(2^-1074) = 0.3167 to 4 digits; the count of zeros is tested by an exact binomial test at
+    FALSE_ALARM_PER_TEST (4e-6). Rows normalised from gamma draws that had underflowed gave
+    0.3965 (seed 1), refuted here at p < 1e-200: the test has power."""
+    from scipy import stats as sstats
+
+    from tests.stats import binomial_pvalue
+
+    n_rows = 40_000
+    p_zero = float(sstats.beta.cdf(2.0 ** -1074, 1e-3, 2e-3))
+    x0 = synthetic.dirichlet(np.random.default_rng(1), 3, 1e-3, size=n_rows)[:, 0]
+    assert_pvalue(binomial_pvalue(int((x0 == 0).sum()), n_rows, p_zero),
+                  "exact zeros of Dirichlet(1e-3) first coordinates, n = 40000")
+    assert binomial_pvalue(round(0.3965 * n_rows), n_rows, p_zero) < 1e-200
+
+
+def test_a_row_summing_between_tiny_and_n_tiny_is_redrawn():
+    """Where no draw is expected to underflow (a = 0.5), a row whose gamma draws still sum
+    below n * tiny (its largest draw may be subnormal) is drawn again in log space, not only a
+    row below tiny: row 1 of the draws below sums to 2.4 tiny."""
+    from rdk_theory._backend import softmax
+
+    a, n, tiny = 0.5, 4, np.finfo(np.float64).tiny
+    g = np.random.default_rng(3).gamma(a, size=(3, n))
+    g[1] = 0.6 * tiny  # subnormal draws, summing to 2.4 tiny
+    g[2, :2] = 0.0  # two draws underflowed in a normal row: kept as they are
+
+    class Scripted(np.random.Generator):  # default_rng(7)'s stream after the first gammas
+        def __init__(self):
+            super().__init__(np.random.PCG64(7))
+            self.first = True
+
+        def gamma(self, shape, size=None):
+            if self.first:
+                self.first = False
+                return g.copy()
+            return super().gamma(shape, size=size)
+
+    rng = np.random.default_rng(7)
+    log_g1, log_u = np.log(rng.gamma(a + 1, size=(1, n))), np.log(rng.random((1, n)))
+    want = g / g.sum(-1, keepdims=True)
+    want[1] = softmax(log_g1 + (log_u - log_u.max(-1, keepdims=True)) / a)[0]
+    got = synthetic.dirichlet(Scripted(), n, a, size=3)
     assert_close(got, want, rtol=0)
+    assert not np.allclose(got[1], 0.25)  # 0.6 tiny / 2.4 tiny each, had it been kept
 
 
 def test_sparse_topk_allows_k_equal_to_n():
@@ -260,22 +323,3 @@ def test_zipfian_drafter_noise_is_drawn_afresh_for_every_context():
     assert np.ptp(z, axis=0).max() > 0.1
 
 
-def test_a_row_summing_between_tiny_and_n_tiny_is_redrawn():
-    """The redraw threshold is n * tiny (the row's largest draw may then be subnormal), not
-    tiny: at seed 3 row 9 of four gamma(1e-3) draws sums to 2.3 tiny, and is redrawn like the
-    rows below tiny (the earlier seed had no row between the two thresholds)."""
-    from rdk_theory._backend import softmax
-
-    a, n, size, tiny = 1e-3, 4, 50, np.finfo(np.float64).tiny
-    rng = np.random.default_rng(3)
-    g = rng.gamma(a, size=(size, n))
-    s = g.sum(-1)
-    assert tiny <= s[9] < n * tiny
-    under = s < n * tiny
-    want = g / np.where(under, 1.0, s)[:, None]
-    m = int(under.sum())
-    log_g1, log_u = np.log(rng.gamma(a + 1, size=(m, n))), np.log(rng.random((m, n)))
-    want[under] = softmax(log_g1 + (log_u - log_u.max(-1, keepdims=True)) / a)
-    got = synthetic.dirichlet(np.random.default_rng(3), n, a, size=size)
-    assert_close(got, want, rtol=0)
-    assert not np.array_equal(got[9], g[9] / s[9])
