@@ -450,9 +450,8 @@ def _exact_counts(token_counts, raw: np.ndarray) -> list | None:
     items are not all real numbers (``as_real_array`` then names the problem); InputError for
     a NaN or infinity among exact counts."""
     items = _boxed_items(token_counts, raw)
-    if items is None or not all(isinstance(c, numbers.Real) and not isinstance(c, (bool, np.bool_))
-                                for c in items):
-        return None
+    if items is None or not all(isinstance(c, (numbers.Real, np.bool_)) for c in items):
+        return None  # (a bool is a count of 0 or 1 here too: one sent 2^70 to float64)
     if not any(isinstance(c, numbers.Rational)
                and not (isinstance(c, numbers.Integral) and abs(int(c)) <= 2**53) for c in items):
         return None  # floats and small integers: float64 holds every one exactly
@@ -495,8 +494,10 @@ def keep_most_frequent(token_counts, k: int) -> np.ndarray:
     if exact is not None:
         return _most_frequent_exact(exact, k)
     integer = raw is not None and raw.dtype.kind in "iu"  # ranked as integers, not float64
-    counts = raw if integer else as_real_array(token_counts if raw is None else raw,
-                                               "token_counts")
+    # long double (x87's 64-bit mantissa) is ranked in its own precision: float64 tied 2^60 + 1
+    wide = raw is not None and raw.dtype.kind == "f" and raw.dtype.itemsize > 8
+    counts = raw if integer or wide else as_real_array(token_counts if raw is None else raw,
+                                                       "token_counts")
     if counts.ndim != 1 or counts.size == 0:
         raise InputError(f"token_counts must be a non-empty 1-D vector, got shape {counts.shape}")
     if np.any(counts < 0) or not (integer or np.all(np.isfinite(counts))):

@@ -295,6 +295,22 @@ def test_keep_most_frequent_ranks_integer_counts_exactly():
             rt.keep_most_frequent([2**60, bad], 1)
 
 
+def test_keep_most_frequent_ranks_exactly_beside_a_bool_and_in_long_double():
+    """A bool among wide integers (a count of 0 or 1, as it is alone) sent every count through
+    float64, which tied 2^70 with 2^70 + 1; long double counts were rounded to float64 too."""
+    assert rt.keep_most_frequent([2**70, 2**70 + 1, True], 1).tolist() == [1]
+    assert rt.keep_most_frequent(np.array([2**60, 2**60 + 1, np.bool_(True)], dtype=object),
+                                 1).tolist() == [1]
+    assert rt.keep_most_frequent([np.bool_(False), np.bool_(True), 2**60], 2).tolist() == [1, 2]
+    wide = np.array([2**60, 2**60 + 1, 3], dtype=np.longdouble)
+    if wide[0] == wide[1]:  # long double is float64 on this platform (e.g. on ARM Macs)
+        pytest.skip("long double has float64's precision here")
+    assert rt.keep_most_frequent(wide, 1).tolist() == [1]
+    for bad in (np.nan, np.inf, -1):
+        with pytest.raises(rt.InputError, match="finite and non-negative"):
+            rt.keep_most_frequent(np.array([1, bad], dtype=np.longdouble), 1)
+
+
 def test_a_ragged_id_list_is_a_named_error():
     """numpy's ValueError came through for a ragged draft_to_target."""
     with pytest.raises(rt.InputError, match="draft_to_target must be a non-empty 1-D integer"):
