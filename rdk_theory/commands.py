@@ -89,9 +89,11 @@ def warn_ignored_options(args, context: str, used: dict, case=None) -> None:
             print(_one_line(f"warning: {opt} is ignored with {context}: {role}"), file=sys.stderr)
     if (used["--lam"] and args.lam is not None and args.lam != 0 and case is not None
             and marginal_is_identity(case)):
+        why = ("the drafter reaches every target id" if case.vocab_map.oov.size == 0
+               else "no calibration mass outside I")
         print(_one_line(f"warning: --lam {args.lam:g} has no effect: the marginal kernel is the "
-                        "identity on this case (no calibration mass outside I), so exact RDK "
-                        "equals TLI"), file=sys.stderr)
+                        f"identity on this case ({why}), so exact RDK equals TLI"),
+              file=sys.stderr)
 
 
 def cmd_acceptance(args) -> int:

@@ -471,6 +471,13 @@ def test_lam_says_when_the_marginal_kernel_is_the_identity_whatever_its_weight(t
         assert (code, out, "") == _run(capsys, *argv, "--json")
     code, _, err = _run(capsys, "acceptance", case, "--kernel", "marginal", "--lam", "0", "--json")
     assert code == 0 and err == ""  # lam = 0 asks for the identity: nothing to say
+    # no target id outside I at all: said so, not "no calibration mass" (a separate case)
+    _write_case(tmp_path / "full.npz", draft_probs=np.full((3, 12), 1 / 12),
+                draft_to_target=np.arange(12))
+    code, _, err = _run(capsys, "acceptance", str(tmp_path / "full.npz"), "--kernel",
+                        "marginal", "--lam", "0.5", "--json")
+    assert code == 0 and err.strip().splitlines() == [want + " (the drafter reaches every "
+                                                      "target id), so exact RDK equals TLI"], err
     _write_case(tmp_path / "mass.npz")
     code, _, err = _run(capsys, "acceptance", str(tmp_path / "mass.npz"), "--kernel", "marginal",
                         "--lam", "0.5", "--json")
