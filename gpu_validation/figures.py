@@ -86,21 +86,53 @@ def redraw(folder) -> Path:
 
     from rdk_theory._outdir import write_replacing
 
+    from rdk_theory.validation import InputError
+
     folder = Path(folder)
-    report = json.loads((folder / "report.json").read_text())
-    per = {}
-    with np.load(folder / "per_position.npz") as z:
-        for name in z.files:  # "sampler@K:predicted" and ":measured", in the study's order
-            key, what = name.rsplit(":", 1)
-            per.setdefault(key, {})[what] = z[name]
-    st = {"per_position": per, "n_steps": report["study"]["n_steps"]}
+    for name in ("report.json", "per_position.npz"):
+        if not (folder / name).is_file():  # a traceback naming '--help/report.json' before
+            raise InputError(f"{folder}: no {name} (give the folder of a finished "
+                             "'rdk-theory validate' run)")
+    try:
+        report = json.loads((folder / "report.json").read_text())
+        per = {}
+        with np.load(folder / "per_position.npz") as z:
+            for name in z.files:  # "sampler@K:predicted" and ":measured", in the study's order
+                key, what = name.rsplit(":", 1)
+                per.setdefault(key, {})[what] = z[name]
+        st = {"per_position": per, "n_steps": report["study"]["n_steps"]}
+    except (ValueError, KeyError, TypeError, OSError) as exc:  # not a validate run's files
+        raise InputError(f"{folder}: not a finished validate run's report.json and "
+                         f"per_position.npz ({type(exc).__name__}: {exc})") from None
+    if not per or any(set(v) != {"predicted", "measured"} for v in per.values()):
+        raise InputError(f"{folder}/per_position.npz holds no predicted/measured pairs")
     path = folder / "predicted_vs_measured.png"
     write_replacing(str(path), lambda tmp: predicted_vs_measured(st, Path(tmp)))
     return path
 
 
+def main(argv=None) -> int:
+    """``python -m gpu_validation.figures FOLDER [FOLDER ...]``: :func:`redraw` each folder;
+    a folder that is not a finished run's is one ``error:`` line, exit status 2."""
+    from rdk_theory.cli import _Parser, run_command
+
+    parser = _Parser(prog="python -m gpu_validation.figures",
+                     description="Draw predicted_vs_measured.png of finished 'rdk-theory "
+                                 "validate' runs again from their report.json and "
+                                 "per_position.npz (no model is loaded), replacing the figure "
+                                 "in each folder.")
+    parser.add_argument("folders", nargs="+", metavar="FOLDER",
+                        help="the --out folder of a finished validate run")
+    args = parser.parse_args(argv)
+
+    def redraw_all(args):
+        for folder in args.folders:
+            print(f"wrote {redraw(folder)}")
+
+    return run_command(redraw_all, args)
+
+
 if __name__ == "__main__":
     import sys
 
-    for arg in sys.argv[1:]:
-        print(f"wrote {redraw(arg)}")
+    sys.exit(main())

@@ -133,3 +133,31 @@ def test_redraw_draws_a_finished_runs_points_from_its_files(tmp_path, drawn):
         np.testing.assert_array_equal(off[:, 0], arrays[f"{key}:predicted"])
         np.testing.assert_array_equal(off[:, 1], arrays[f"{key}:measured"])
     assert "77 steps" in ax.get_ylabel()
+
+
+@pytest.mark.parametrize("argv, message", [
+    ([], "error: python -m gpu_validation.figures: the following arguments are required: "
+         "FOLDER (see 'python -m gpu_validation.figures --help')"),
+    (["{tmp}/none"], "error: {tmp}/none: no report.json (give the folder of a finished "
+                     "'rdk-theory validate' run)"),
+    (["{tmp}/bad"], "error: {tmp}/bad: not a finished validate run's report.json and "
+                    "per_position.npz (KeyError: 'study')"),
+])
+def test_the_redraw_command_refuses_what_is_no_finished_run(tmp_path, capsys, argv, message):
+    """'--help' was read as a folder (a FileNotFoundError traceback for '--help/report.json'),
+    a wrong folder gave the same traceback, and no folder at all did nothing, exit 0."""
+    import json
+
+    bad = tmp_path / "bad"
+    bad.mkdir()
+    (bad / "report.json").write_text(json.dumps({"runs": []}))
+    np.savez(bad / "per_position.npz", **{"tli@8:predicted": np.zeros(2)})
+    argv = [a.format(tmp=tmp_path) for a in argv]
+    code = None
+    try:
+        code = figures.main(argv)
+    except SystemExit as exc:  # argparse's own exit, in the project's one-line form
+        code = exc.code
+    assert code == 2
+    assert capsys.readouterr().err.strip() == message.format(tmp=tmp_path)
+    assert not (bad / "predicted_vs_measured.png").exists()
