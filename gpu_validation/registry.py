@@ -40,7 +40,7 @@ class BuiltinModel:
     sha256: str
     vocab_size: int
     n_layers: int  # decoder layers: 'truncated:L:NAME' with L beyond it is refused unloaded
-    approx_mb: int  # assembled size, for the disk check before fetching
+    approx_mb: int  # assembled size in MiB, for the disk check before fetching
     chunks: tuple[Chunk, ...]
 
     @property

@@ -266,7 +266,7 @@ def register_bounds(sub) -> None:
         help="acceptance bounds of a CASE.npz: OOV cap, TV bound, best rank-one and best static kernel",
         description="Mean acceptance of each sampler next to its bounds: the OOV cap p(I) (vanilla and "
                     "TLI never exceed it), 1 - TV(p, M^T q') for the chosen kernel, the best mixing "
-                    "weight lam of the rank-one kernel (1 - lam) I + lam 1 w^T on the case's contexts "
+                    "weight lam of the rank-one kernel (1 - lam) Id + lam 1 w^T on the case's contexts "
                     "(exact: concave piecewise-linear maximisation; w is the marginal kernel's, the "
                     "calibration mean on the target ids outside I, except that without calibration "
                     "mass there (or without calibration rows) it is uniform on them where the "

@@ -139,7 +139,7 @@ def _optimisers(out, laws, kernels) -> None:
             out.fail({"p": ps, "q_prime": qps, "lp_mean_alpha": best, "attained": attained,
                       "best_enumerated": beaten, "row_stochastic": rows_ok})
         for w in laws:
-            k = np.tile(f64(w), (len(w), 1))  # M = (1 - lam) I + lam 1 w^T
+            k = np.tile(f64(w), (len(w), 1))  # M = (1 - lam) Id + lam 1 w^T
             lam, top = best_mixing_lambda(p, qp, f64(w))
             grid = [float(np.mean(alpha_of_lambda(p, qp, k, j / LAM_STEPS))) for j in range(LAM_STEPS + 1)]
             at = float(np.mean(alpha_of_lambda(p, qp, k, lam)))

@@ -4,7 +4,7 @@
 * :func:`tv_upper_bound` — ``1 - TV(p, M^T q')`` with ``M^T q'`` normalised, equal to ``alpha``
   for a normalised proposal (statement A), and ``alpha <= 1 - TV`` in general; also the bound
   ``|alpha(p, a) - alpha(p, b)| <= TV(a, b)`` used for approximate kernels (statement E);
-* :func:`best_mixing_lambda` — for a rank-one kernel ``M = (1 - lam) I + lam 1 w^T``, the ``lam``
+* :func:`best_mixing_lambda` — for a rank-one kernel ``M = (1 - lam) Id + lam 1 w^T``, the ``lam``
   maximising the mean acceptance over a calibration set: the mean of concave piecewise-linear
   functions of ``lam`` (statement O5), maximised exactly by scanning its breakpoints;
 * :func:`expected_tokens_per_call` — block efficiency ``1 + sum_k prod_{t<=k} alpha_t``
@@ -78,7 +78,7 @@ TIE_ULPS = 64
 
 
 def best_mixing_lambda(target_probs, tli_proposals, w):
-    """Best ``lam`` in [0, 1] for ``M = (1 - lam) I + lam 1 w^T`` on a calibration set.
+    """Best ``lam`` in [0, 1] for ``M = (1 - lam) Id + lam 1 w^T`` on a calibration set.
 
     ``A(lam) = mean_c sum_x min(p_c(x), q'_c(x) + lam d_c(x))`` with
     ``d_c = q'_c(T) w - q'_c`` is concave and piecewise linear in ``lam`` (statement O5), so its

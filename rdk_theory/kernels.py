@@ -16,7 +16,7 @@ Any row-stochastic ``M`` keeps the verification step lossless (Theorem L). Provi
 
 * :class:`IdentityKernel` (``M = I``: RDK reproduces TLI);
 * :class:`MarginalKernel` (**[definition, after the authors' later engineering code]**: rank one,
-  ``M = (1 - lam) I + lam 1 w^T`` with ``w`` the calibration mean renormalised on OOV; O(N));
+  ``M = (1 - lam) Id + lam 1 w^T`` with ``w`` the calibration mean renormalised on OOV; O(N));
 * :func:`covariance_softmax_kernel` (dense ``softmax(Omega / tau)`` row-wise, [1]; O(N^2)), and
   :class:`CovarianceSoftmaxKernel`, the same kernel applied a block of rows at a time without
   forming it (O(N S) memory);
@@ -358,7 +358,7 @@ def _checked_lam(lam):
 
 
 class MarginalKernel(_DeviceCopies):
-    """Rank-one kernel ``M = (1 - lam) I + lam 1 w^T``; ``M^T q' = (1 - lam) q' + lam q'(T) w``.
+    """Rank-one kernel ``M = (1 - lam) Id + lam 1 w^T``; ``M^T q' = (1 - lam) q' + lam q'(T) w``.
 
     **[definition, after the authors' later engineering code]** With :meth:`from_calibration`,
     ``w`` is the calibration mean ``mu`` restricted to OOV and renormalised. Cost O(N).

@@ -1,10 +1,12 @@
 """``rdk-theory report``: acceptance of every sampler across drafter pruning levels.
 
 For each kept fraction of the drafter vocabulary (the most frequent ids on calibration data),
-computes the mean exact acceptance of vanilla, TLI, exact RDK (covariance-softmax kernel),
-first-order RDK (its O(N) approximation: at exact RDK's tau on synthetic data, at its own
-tuned tau on the real pair), the rank-one marginal kernel, and the OOV cap ``p(I)``. Prints a
-table and writes ``report.json`` and ``acceptance_vs_kept.png``.
+computes the mean exact acceptance of vanilla, TLI, exact RDK (the covariance-softmax kernel:
+dense on synthetic data; on the real pair its sparse top-16 form, at most K = 40,000 kept),
+first-order RDK (the O(N S) first-order form of the dense kernel, a [definition] of this
+project: at exact RDK's tau on synthetic data, at its own tuned tau on the real pair), the
+rank-one marginal kernel (a [definition] too), and the OOV cap ``p(I)``. Prints a table and
+writes ``report.json`` and ``acceptance_vs_kept.png``.
 
 Data sources: the built-in synthetic Zipfian LM (:func:`rdk_theory.synthetic.zipfian_lm`), or a
 source registered in the entry-point group ``rdk_theory.report_sources`` (the validation
@@ -295,8 +297,10 @@ def register(sub) -> None:
                "--out outputs/syn\n\nThe table has one row per kept fraction; the OOV cap p(I) "
                "bounds TLI (and vanilla),\nnot RDK, which can move mass onto pruned tokens. "
                "The RDK columns use the covariance-softmax\nkernel as defined (no mixing with "
-               "the identity); that they can fall below TLI is a finding\nabout that kernel "
-               "(README, 'What the main job prints'), not an error.")
+               "the identity; on the real pair exact RDK's is sparse, top-16),\nand first-order "
+               "RDK is a kernel of its own away from small tau; that they fall below or\nrise "
+               "above TLI is a finding about those kernels (README, 'How to read it'), not an "
+               "error.")
     p.add_argument("--source", choices=("auto", "synthetic", "real"), default="auto",
                    help="data: real model pair (needs 'rdk-theory models fetch'), synthetic, or "
                         "auto (real when fetched). Default: auto")

