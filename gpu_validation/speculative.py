@@ -84,8 +84,11 @@ def generate(target, drafter, prompt_ids, vocab_map, make_proposal, *, gamma: in
     Length: at least ``max_new_tokens`` new tokens. Generation stops after the first round
     that reaches ``max_new_tokens``, so a round may add up to ``gamma`` more (a round adds 1 to
     ``gamma + 1`` tokens); end-of-sequence tokens do not stop it (a fixed budget of
-    verification rounds). The output is not cut back to ``max_new_tokens``, and the rule is a
-    stopping time, so the statistics of the record are unaffected.
+    verification rounds). The output is not cut back to ``max_new_tokens``. Which positions are
+    reached depends on earlier acceptances (and the rule is a stopping time): each recorded
+    acceptance is Bernoulli of its alpha given the past, but the count is not Poisson-binomial
+    with the recorded alphas, so :func:`.agreement.martingale_agreement` tests it with a
+    betting martingale, valid under that dependence.
     """
     tgt, drf = _Cached(target, device), _Cached(drafter, device)
     tokens = list(prompt_ids)
