@@ -3,6 +3,8 @@ from __future__ import annotations
 
 import importlib
 
+from rdk_theory.validation import InputError
+
 #: statement id -> module name inside ``proofs``.
 STATEMENTS = {
     "L": "lossless",
@@ -31,5 +33,16 @@ def run_all(ids=None):
     On a terminal a bar counts the statements (a whole run is 12-30 s)."""
     from rdk_theory._progress import progress
 
-    ids = list(ids or STATEMENTS)
+    if ids is None:
+        ids = list(STATEMENTS)
+    elif isinstance(ids, str):  # 'O1' ran as 'O' and '1'
+        raise InputError(f"ids must be a list of statement ids, got the string {ids!r} (write "
+                         f"[{ids!r}])")
+    else:
+        ids = list(ids)
+        if not ids:  # [] ran every statement, as None does
+            raise InputError("ids names no statement: give None for all of them")
+        unknown = [sid for sid in ids if not isinstance(sid, str) or sid not in STATEMENTS]
+        if unknown:
+            raise InputError(f"unknown statement {unknown[0]!r}; known: {', '.join(STATEMENTS)}")
     return [module(sid).check() for sid in progress(ids, desc="statements", total=len(ids))]

@@ -20,7 +20,10 @@ import numpy as np
 
 from rdk_theory.bounds import expected_tokens_per_call
 from rdk_theory.sampling import sample_steps
-from rdk_theory.validation import PROB_ATOL, InputError, as_count, as_real_array, real_number
+from rdk_theory.validation import (PROB_ATOL, InputError, as_count, as_prob_array, as_real_array,
+                                   check_numpy_rng, real_number)
+
+from .sequence import checked_float_laws
 
 
 def _check_alpha(alpha):
@@ -270,6 +273,7 @@ def mc_tokens_iid(alphas, n: int, rng) -> np.ndarray:
     """
     a = _check_alpha(np.atleast_1d(alphas))
     n = as_count(n, "n")  # n = 2.5 gave 2 rows
+    check_numpy_rng(rng, "mc_tokens_iid needs")
     out = np.empty(n, dtype=np.int64)
     # blocks of rows, about 8 MiB of uniforms each: memory stays flat (1e7 rows at gamma 16
     # took 2.2 GB at once), and row-major blocks draw the very same uniforms as one array
@@ -292,6 +296,7 @@ def simulate_blocks(target, proposal_fn, gamma: int, n: int, rng, prefix=()) -> 
     ``min(1, p/r)``, residual on rejection). Float64 arithmetic. Returns the emitted blocks.
     """
     gamma = _check_gamma(gamma)
+    check_numpy_rng(rng, "simulate_blocks needs")
     prefix = tuple(prefix)
     active = {(): as_count(n, "n")}  # block so far -> number of runs (n = 2.5 gave 2 blocks)
     done: dict = {}
@@ -299,13 +304,14 @@ def simulate_blocks(target, proposal_fn, gamma: int, n: int, rng, prefix=()) -> 
         nxt: dict = {}
         for blk, cnt in active.items():
             ctx = prefix + blk
-            p = np.asarray(target.next_probs(ctx), dtype=np.float64)
             if t == gamma:
+                p = np.asarray(target.next_probs(ctx), dtype=np.float64)
+                as_prob_array(p, f"the target's law at context {ctx}")
                 ys = rng.choice(p.size, size=cnt, p=p)
                 for y, k in zip(*np.unique(ys, return_counts=True)):
                     done[blk + (int(y),)] = done.get(blk + (int(y),), 0) + int(k)
                 continue
-            r = np.asarray(proposal_fn(ctx), dtype=np.float64)
+            p, r = checked_float_laws(target, proposal_fn, ctx)
             tokens, accepted = sample_steps(p, r, cnt, rng, check=False)
             for y, ok in zip(tokens.tolist(), accepted.tolist()):
                 key = blk + (y,)

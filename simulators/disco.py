@@ -31,7 +31,9 @@ import numpy as np
 
 from rdk_theory.acceptance import acceptance_rate
 from rdk_theory.sampling import InverseCdf
-from rdk_theory.validation import InputError, as_count, as_real_array, real_number
+from rdk_theory.validation import InputError, as_count, as_real_array, check_numpy_rng, real_number
+
+from .sequence import checked_float_laws
 
 
 def _check_cost(c) -> float:
@@ -58,6 +60,7 @@ def regime_trace(rng, n: int, *, easy: float = 0.9, hard: float = 0.3, switch: f
     level plus uniform jitter, clipped to [0, 1].
     """
     n = as_count(n, "n", 1)  # 2.5 was numpy's raw TypeError
+    check_numpy_rng(rng, "regime_trace needs")
     if not 0 <= switch <= 1:
         raise InputError(f"need switch in [0, 1], got {switch}")
     flips = rng.random(n) < switch
@@ -69,10 +72,10 @@ def regime_trace(rng, n: int, *, easy: float = 0.9, hard: float = 0.3, switch: f
 def toy_trace(target, proposal_fn, n: int, rng, prefix=()) -> tuple[np.ndarray, np.ndarray]:
     """Sample ``n`` target tokens; return ``alpha_t = alpha(p_t, r_t)`` along them and the tokens."""
     n = as_count(n, "n")  # 2.5 was numpy's raw TypeError
+    check_numpy_rng(rng, "toy_trace needs")
     ctx, alphas, toks = tuple(prefix), np.empty(n), np.empty(n, dtype=np.int64)
     for t in range(n):
-        p = np.asarray(target.next_probs(ctx), dtype=np.float64)
-        r = np.asarray(proposal_fn(ctx), dtype=np.float64)
+        p, r = checked_float_laws(target, proposal_fn, ctx)
         alphas[t] = acceptance_rate(p, r, check=False)
         toks[t] = rng.choice(p.size, p=p)
         ctx = ctx + (int(toks[t]),)
@@ -129,6 +132,7 @@ def trace_replay(alphas, c: float, policy, rng, n_runs: int = 1) -> np.ndarray:
     if not (isinstance(policy, str) and policy == "oracle"):
         policy = as_count(policy, "policy (\"oracle\" or a static draft length)")
     n = a.size
+    check_numpy_rng(rng, "trace_replay needs")
     out = np.empty(as_count(n_runs, "n_runs"))
     for r in range(int(n_runs)):
         ok = rng.random(n) < a
@@ -173,6 +177,7 @@ def run_policy(target, proposal_fn, n_tokens: int, c: float, rng, *, policy="sta
     n_tokens, c = as_count(n_tokens, "n_tokens", 1), _check_cost(c)
     gamma, gamma_max = as_count(gamma, "gamma"), as_count(gamma_max, "gamma_max")
     window = as_count(window, "window", 1)
+    check_numpy_rng(rng, "run_policy needs")
     if real_number(threshold) is None or not 0 <= threshold <= 1:
         raise InputError(f"threshold must be in [0, 1], got {threshold!r}")
     ctx = tuple(prefix)[-window:]
@@ -258,7 +263,6 @@ class _LawCache:
     def get(self, ctx):
         e = self.cache.get(ctx)
         if e is None:
-            e = _Entry(np.asarray(self.target.next_probs(ctx), dtype=np.float64),
-                       np.asarray(self.proposal_fn(ctx), dtype=np.float64))
+            e = _Entry(*checked_float_laws(self.target, self.proposal_fn, ctx))
             self.cache[ctx] = e
         return e

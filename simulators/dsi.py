@@ -42,7 +42,7 @@ import math
 
 import numpy as np
 
-from rdk_theory.validation import InputError, as_count
+from rdk_theory.validation import InputError, as_count, check_numpy_rng
 
 from .block import expected_tokens_iid
 
@@ -149,6 +149,7 @@ def dsi_monte_carlo(c: float, a: float, k: int, servers: int, n_cycles: int, rng
     """
     _check(c, a, k, servers)
     n_cycles = as_count(n_cycles, "n_cycles")  # 2.5 ran 2 cycles; -1 was numpy's ValueError
+    check_numpy_rng(rng, "dsi_monte_carlo needs")
     times = np.empty(n_cycles)
     tokens = np.empty(n_cycles, dtype=np.int64)
     for i in range(n_cycles):

@@ -29,6 +29,7 @@ check is meaningful for the rationalised copy; the float64 run of the same enume
 """
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass, field
 from fractions import Fraction
 from typing import Callable
@@ -37,7 +38,8 @@ import numpy as np
 
 from rdk_theory import _backend as B
 from rdk_theory.proposals import SAMPLERS, build_proposals
-from rdk_theory.validation import InputError, as_count, as_prob_array
+from rdk_theory.validation import (KERNEL_ATOL, NEG_ATOL, InputError, as_count, as_prob_array,
+                                   as_real_array, real_number)
 
 ProposalFn = Callable[[tuple], np.ndarray]
 
@@ -53,10 +55,20 @@ def rationalise(vec, total=1) -> np.ndarray:
     """Exact Fraction copy of a float vector, renormalised to sum exactly to ``total``.
 
     Zeros stay zeros; entries are rounded with ``limit_denominator(2**20)`` first. If every
-    entry rounds to 0 the result is all zeros (a zero proposal: alpha = 0).
+    entry rounds to 0 the result is all zeros (a zero proposal: alpha = 0). ``vec`` must be a
+    non-empty 1-D vector of finite entries, none below ``-NEG_ATOL`` (such round-off is 0), and
+    ``total`` a number >= 0 (InputError otherwise: NaN and -1 became 0 before).
     """
+    arr = as_real_array(vec, "vec")
+    if arr.ndim != 1 or arr.size == 0:
+        raise InputError(f"vec must be a non-empty 1-D vector, got shape {arr.shape}")
+    if not np.all(np.isfinite(arr)) or np.any(arr < -NEG_ATOL):
+        raise InputError("vec must hold finite entries >= 0 (a law or a sub-stochastic "
+                         "proposal)")
+    if real_number(total) is None or not real_number(total) >= 0 or math.isinf(real_number(total)):
+        raise InputError(f"total must be a finite number >= 0, got {total!r}")
     fr = [Fraction(float(v)).limit_denominator(RATIONAL_MAX_DENOMINATOR) if v > 0 else Fraction(0)
-          for v in np.asarray(vec, dtype=np.float64)]
+          for v in arr]
     s = sum(fr)
     if s == 0 or total == 0:
         return np.array([Fraction(0)] * len(fr), dtype=object)
@@ -64,8 +76,13 @@ def rationalise(vec, total=1) -> np.ndarray:
 
 
 def rationalise_kernel(matrix) -> np.ndarray:
-    """Row-wise :func:`rationalise` of a float row-stochastic matrix (an exact kernel copy)."""
-    return np.array([rationalise(row) for row in np.asarray(matrix, dtype=np.float64)], dtype=object)
+    """Row-wise :func:`rationalise` of a float row-stochastic matrix (an exact kernel copy);
+    a matrix that is not square and row-stochastic (within ``KERNEL_ATOL``) is an InputError."""
+    arr = as_real_array(matrix, "kernel")
+    if arr.ndim != 2 or arr.shape[0] != arr.shape[1] or arr.size == 0:
+        raise InputError(f"kernel must be a non-empty square matrix, got shape {arr.shape}")
+    arr = as_prob_array(arr, "kernel", atol=KERNEL_ATOL)
+    return np.array([rationalise(row) for row in arr], dtype=object)
 
 
 def _is_exact_kernel(kernel) -> bool:
@@ -190,6 +207,17 @@ def _checked_proposal(r, n: int, ctx: tuple) -> np.ndarray:
     if r.dtype.kind in "biu":  # integers (a point mass) are exact too: Python ints, not float64
         r = r.astype(np.int64).astype(object) if r.dtype.kind == "b" else r.astype(object)
     return as_prob_array(r, f"the proposal at context {ctx}", allow_sub_stochastic=True)
+
+
+def checked_float_laws(target, proposal_fn: ProposalFn, ctx: tuple):
+    """``(p, r)`` at context ``ctx`` as float64 arrays, for the Monte Carlo drivers: ``p`` (the
+    target's row, as given) checked to be a law, ``r`` checked as :func:`block_law` checks it
+    (:func:`_checked_proposal`). Without the checks a NaN proposal ran (every block of length
+    1), and a 1-entry one was broadcast over the vocabulary."""
+    p = np.asarray(target.next_probs(ctx))
+    as_prob_array(p, f"the target's law at context {ctx}")
+    r = _checked_proposal(proposal_fn(ctx), p.shape[-1], ctx)
+    return np.asarray(p, dtype=np.float64), np.asarray(r, dtype=np.float64)
 
 
 def _block_paths(target, proposal_fn: ProposalFn, gamma: int, prefix: tuple,

@@ -17,11 +17,14 @@ The maths (``beta(rho)``, validity ``1 - (1 - beta)^k <= rho beta``, acceptance
 from __future__ import annotations
 
 import itertools
+import math
 from fractions import Fraction
 
 import numpy as np
 
 from rdk_theory.multidraft import (
+    LP_MAX_TUPLES,
+    _pq,
     beta,
     check_rho,
     kseq_accept_law,
@@ -32,7 +35,7 @@ from rdk_theory.multidraft import (
     optimal_acceptance_lp,
 )
 from rdk_theory.sampling import InverseCdf
-from rdk_theory.validation import as_count
+from rdk_theory.validation import InputError, as_count, check_numpy_rng
 
 
 def rational_best_rho(p, q, k: int) -> Fraction:
@@ -58,11 +61,15 @@ def kseq_law_by_enumeration(p, q, rho, k: int) -> tuple[np.ndarray, np.ndarray]:
     """
     k = as_count(k, "k", 1)
     rho = check_rho(rho)  # < 1 would draft past the target's law: not K-SEQ, and not lossless
+    p, q = _pq(p, q)  # laws of one length: a p of (3/2, -1/2) or a short one was walked as given
     n = len(p)
     accept = np.array([Fraction(0)] * n, dtype=object)
     support = [x for x in range(n) if q[x] != 0]
     outside = 1 - sum(q)  # a draft outside the target's vocabulary
     atoms = [(x, q[x]) for x in support] + ([(-1, outside)] if outside != 0 else [])
+    if len(atoms) > 1 and k * math.log(len(atoms)) > math.log(LP_MAX_TUPLES) + 1e-9:
+        raise InputError(f"{len(atoms)}^{k} draft tuples to walk (at most {LP_MAX_TUPLES:,}): "
+                         "use kseq_output_law, which needs no enumeration")
     none = Fraction(0)
     for tup in itertools.product(atoms, repeat=int(k)):
         w = Fraction(1)
@@ -88,6 +95,7 @@ def kseq_sample(p, q, rho: float, k: int, n: int, rng) -> tuple[np.ndarray, np.n
     p = np.asarray(p, dtype=np.float64)
     q = np.asarray(q, dtype=np.float64)
     n, k, rho = as_count(n, "n"), as_count(k, "k", 1), float(check_rho(rho))
+    check_numpy_rng(rng, "kseq_sample needs")
     if n > KSEQ_BLOCK:
         parts = [_kseq_block(p, q, rho, k, min(KSEQ_BLOCK, n - i), rng) for i in range(0, n, KSEQ_BLOCK)]
         return np.concatenate([t for t, _ in parts]), np.concatenate([a for _, a in parts])

@@ -32,7 +32,7 @@ import numpy as np
 from rdk_theory.acceptance import step_output_law
 from rdk_theory.string_level import (check_target_string, psi, psi_by_segmentations, segmentations,
                                      slem_acceptance, slrs_acceptance)
-from rdk_theory.validation import InputError
+from rdk_theory.validation import InputError, check_numpy_rng
 
 from .toy_lm import MarkovLM, random_markov_lm
 
@@ -82,6 +82,7 @@ def string_step(target_probs, drafter_next, *, target_tokens=TARGET_TOKENS, draf
 
 def draft_target_token(drafter_next, rng, *, target_tokens=TARGET_TOKENS, max_tokens: int = 64) -> int:
     """Generate drafter tokens until the text starts with a target token; return that token's id."""
+    check_numpy_rng(rng, "draft_target_token needs")
     text, prefix = "", ()
     for _ in range(max_tokens):
         for i, t in enumerate(target_tokens):

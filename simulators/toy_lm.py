@@ -26,7 +26,7 @@ from typing import Sequence
 
 import numpy as np
 
-from rdk_theory.validation import InputError
+from rdk_theory.validation import InputError, as_count, as_prob_array, check_numpy_rng
 from rdk_theory.vocab import VocabMap
 
 BOS = -1  # padding id for contexts shorter than the model's order
@@ -52,14 +52,18 @@ class MarkovLM:
     """
 
     def __init__(self, n_out: int, order: int, table: dict):
-        if order < 0:
-            raise InputError(f"order must be >= 0, got {order}")
-        self.n_out = int(n_out)
-        self.order = int(order)
+        self.n_out = as_count(n_out, "n_out", 1)  # int(2.5) made 2 outputs of a 2.5 request
+        self.order = as_count(order, "order")
+        if not isinstance(table, dict) or not table:
+            raise InputError(f"table must be a non-empty dict of rows, got {type(table).__name__}"
+                             f"{'' if not isinstance(table, dict) else ' with no rows'}")
         self.table = dict(table)
         for key, row in self.table.items():
-            if len(row) != self.n_out:
-                raise InputError(f"row {key} has {len(row)} entries, expected {self.n_out}")
+            shape = np.shape(row)
+            if shape != (self.n_out,):
+                raise InputError(f"row {key} has shape {shape}, expected ({self.n_out},)")
+            # a law, exactly for Fractions: a row of (3/2, -1/2) made every block law "lossless"
+            as_prob_array(np.asarray(row), f"row {key}")
 
     @property
     def exact(self) -> bool:
@@ -106,16 +110,21 @@ class MarkovLM:
 
     def contexts(self, n_symbols: int):
         """Every table key reachable from BOS-padded starts (for calibration sets)."""
-        if self.order == 0:
-            return [()]
-        keys = []
-        for k in range(self.order + 1):
-            for tail in itertools.product(range(n_symbols), repeat=k):
-                if k >= self.order:
-                    keys.append(tail[-self.order:])
-                else:
-                    keys.append((BOS,) * (self.order - k) + tail)
-        return list(dict.fromkeys(keys))
+        return _contexts(self.order, n_symbols)
+
+
+def _contexts(order: int, n_symbols: int) -> list:
+    """:meth:`MarkovLM.contexts` of an order-``order`` chain."""
+    if order == 0:
+        return [()]
+    keys = []
+    for k in range(order + 1):
+        for tail in itertools.product(range(n_symbols), repeat=k):
+            if k >= order:
+                keys.append(tail[-order:])
+            else:
+                keys.append((BOS,) * (order - k) + tail)
+    return list(dict.fromkeys(keys))
 
 
 def random_markov_lm(rng, n_symbols: int, n_out: int | None = None, order: int = 1, *,
@@ -125,9 +134,12 @@ def random_markov_lm(rng, n_symbols: int, n_out: int | None = None, order: int =
     ``n_symbols`` is the context alphabet (target ids); ``n_out`` the output vocabulary
     (defaults to ``n_symbols``). Every row keeps at least one positive weight.
     """
-    n_out = n_symbols if n_out is None else n_out
+    check_numpy_rng(rng, "random_markov_lm needs")
+    n_symbols = as_count(n_symbols, "n_symbols", 1)
+    n_out = n_symbols if n_out is None else as_count(n_out, "n_out", 1)
+    max_weight = as_count(max_weight, "max_weight", 1)
     table = {}
-    keys = MarkovLM(n_out, order, {None: np.zeros(n_out)}).contexts(n_symbols)
+    keys = _contexts(as_count(order, "order"), n_symbols)
     for key in keys:
         w = rng.integers(1, max_weight + 1, size=n_out)
         w[rng.random(n_out) < zero_prob] = 0

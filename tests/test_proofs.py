@@ -650,3 +650,17 @@ def test_prove_json_is_strict_json_when_a_counterexample_holds_nan_or_infinity(c
     (st,) = out["statements"]
     assert st["counterexample"] == {"alpha": "nan", "q": ["inf", 0.5], "z": "-inf"}
     assert st["negative_counterexample"] == ["nan", 1.0]
+
+
+def test_run_all_refuses_an_empty_or_string_selection():
+    """run_all([]) ran all eleven statements (``ids or STATEMENTS``), and run_all('O1') split
+    the string into 'O' and '1' (a KeyError for 'O')."""
+    from proofs import registry
+    from rdk_theory.validation import InputError
+
+    with pytest.raises(InputError, match="names no statement: give None for all of them"):
+        registry.run_all([])
+    with pytest.raises(InputError, match=r"got the string 'O1' \(write \['O1'\]\)"):
+        registry.run_all("O1")
+    with pytest.raises(InputError, match="unknown statement 'Z'"):
+        registry.run_all(["O2", "Z"])

@@ -281,8 +281,21 @@ def test_float_block_law_of_a_drafter_equal_to_the_target(sampler):
     law = block_law(target, fn, 2)
     assert_close([law.expected_tokens, law.length_law[3]], [3, 1], rtol=0)
     short = np.array([0.5, 0.1, 0.2, 0.1])  # r = p on a "law" that sums to 0.9: reject 0.1
-    with pytest.raises(AssertionError, match="inconsistent with p"):
-        block_law(MarkovLM(4, 0, {(): short}), lambda ctx: short, 1)
+    with pytest.raises(InputError, match=r"row \(\) must sum to 1"):  # refused as a table
+        MarkovLM(4, 0, {(): short})
+    with pytest.raises(AssertionError, match="inconsistent with p"):  # a model of one's own
+        block_law(_Rows(short), lambda ctx: short, 1)
+
+
+class _Rows:
+    """A toy LM of one's own (anything with n_out and next_probs): its rows are not checked
+    as a MarkovLM's table is, so block_law's own guard must catch what they get wrong."""
+
+    def __init__(self, row):
+        self.row, self.n_out = row, len(row)
+
+    def next_probs(self, context):
+        return self.row
 
 
 def test_greedy_tokenize_takes_the_longest_match_first():
@@ -301,7 +314,7 @@ def test_exact_block_law_refuses_a_tiny_rejection_with_an_empty_residual():
     float round-off allowance (FLOAT_REJECT_ROUNDOFF) is for float64 rows only."""
     short = np.array([Fraction(1, 2), Fraction(1, 2) - Fraction(1, 10**12)], dtype=object)
     with pytest.raises(AssertionError, match="inconsistent with p"):
-        block_law(MarkovLM(2, 0, {(): short}), lambda ctx: short, 1)
+        block_law(_Rows(short), lambda ctx: short, 1)
 
 
 def test_is_lossless_checks_the_stream_beyond_the_first_block(monkeypatch):
@@ -373,3 +386,77 @@ def test_the_pruned_toy_pair_keeps_the_most_frequent_target_ids(seed):
     mass = np.sum([[float(v) for v in row] for row in pair.target.table.values()], axis=0)
     kept = sorted(int(t) for t in pair.vocab_map.draft_to_target)
     assert min(mass[kept]) >= max(np.delete(mass, kept))
+
+
+@pytest.mark.parametrize("make, message", [
+    (lambda: {(): np.array([Fraction(3, 2), Fraction(-1, 2)], dtype=object)},
+     r"row \(\) holds a negative entry"),
+    (lambda: {(): np.array([Fraction(1), Fraction(1)], dtype=object)},
+     r"row \(\) must sum to 1 exactly"),
+    (lambda: {(): np.array([np.nan, 1.0])}, r"row \(\) has a non-finite value"),
+    (lambda: {(): 0.5}, r"row \(\) has shape \(\), expected \(2,\)"),
+    (lambda: {}, "table must be a non-empty dict of rows"),
+])
+def test_a_markov_table_of_rows_that_are_not_laws_is_refused(make, message):
+    """A target row (3/2, -1/2) was accepted, and is_lossless certified it: the completion
+    identity min(r, p) + (p - r)^+ = p holds for any real vector. A row (1, 1) gave an
+    expected block length of 4 where L lies in [1, 2]."""
+    from simulators.toy_lm import MarkovLM
+
+    with pytest.raises(InputError, match=message):
+        MarkovLM(2, 0, make())
+    with pytest.raises(InputError, match=r"n_out must be an integer >= 1, got 2.5"):
+        MarkovLM(2.5, 0, {(): np.array([0.5, 0.5])})  # int() made 2 outputs of it
+
+
+@pytest.mark.parametrize("bad, message", [
+    (lambda n: np.full(n, np.nan), "has a non-finite value"),
+    (lambda n: np.array([1.0]), r"has shape \(1,\), not \(5,\)"),
+    (lambda n: np.full(n, 0.5), "must sum to at most 1"),
+])
+def test_the_monte_carlo_drivers_check_proposals_as_block_law_does(bad, message):
+    """simulate_blocks, toy_trace and run_policy took r unchecked: a NaN proposal ran (every
+    block of length 1, alphas NaN), a 1-entry one was broadcast over the vocabulary."""
+    from simulators import block, disco
+    from simulators.toy_lm import toy_pair
+
+    pair = toy_pair("pruned", 0)
+    fn = lambda ctx: bad(pair.target.n_out)  # noqa: E731
+    runs = (lambda rng: block.simulate_blocks(pair.target, fn, 1, 100, rng),
+            lambda rng: disco.toy_trace(pair.target, fn, 3, rng),
+            lambda rng: disco.run_policy(pair.target, fn, 5, 0.1, rng))
+    for run in runs:
+        with pytest.raises(InputError, match=message):
+            run(np.random.default_rng(0))
+
+
+def test_simulator_draws_refuse_what_is_no_numpy_generator():
+    """A raw AttributeError ('NoneType' has no 'random') in each before."""
+    from simulators import block, disco, dsi, spectr, strings
+    from simulators.toy_lm import random_markov_lm
+
+    p = np.array([0.5, 0.5])
+    calls = [lambda g: block.mc_tokens_iid([0.5], 3, g), lambda g: disco.regime_trace(g, 5),
+             lambda g: disco.trace_replay([0.5], 0.1, 1, g),
+             lambda g: dsi.dsi_monte_carlo(0.1, 0.5, 1, 2, 3, g),
+             lambda g: spectr.kseq_sample(p, p, 1.5, 2, 5, g),
+             lambda g: strings.draft_target_token(lambda ctx: {"a": 1.0}, g),
+             lambda g: random_markov_lm(g, 3)]
+    for call in calls:
+        with pytest.raises(InputError, match="numpy.random.Generator"):
+            call(None)
+
+
+def test_rationalise_refuses_what_is_no_law():
+    """NaN and -1 entries became 0 ([nan, 1] came back as the law [0, 1]), a negative total
+    gave negative 'probabilities', inf was a raw OverflowError."""
+    from simulators.sequence import rationalise, rationalise_kernel
+
+    for vec, total in (([np.nan, 1.0], 1), ([-1.0, 2.0], 1), ([np.inf, 1.0], 1), ([[0.5, 0.5]], 1)):
+        with pytest.raises(InputError, match="^vec must"):
+            rationalise(vec, total)
+    with pytest.raises(InputError, match="^total must be a finite number >= 0, got -1"):
+        rationalise([0.5, 0.5], -1)
+    assert rationalise([0.25, 0.75]).tolist() == [Fraction(1, 4), Fraction(3, 4)]
+    with pytest.raises(InputError, match="kernel must sum to 1"):
+        rationalise_kernel([[2.0, 0.0], [0.1, 0.1]])

@@ -142,3 +142,22 @@ def test_rational_best_rho_is_the_bisection_optimum_not_a_coarse_valid_rho():
         rho = rational_best_rho(p, q, k)
         assert kseq_is_valid(p, q, rho, k)
         assert 0 <= float(rho) - kseq_best_rho(p.astype(float), q.astype(float), k) <= 1e-9
+
+
+def test_the_enumeration_refuses_laws_it_cannot_walk():
+    """kseq_law_by_enumeration checked only k and rho: a target (3/2, -1/2, 0) gave a law
+    with -1/3, a short p a law summing to 2/3, a q summing to 3 was accepted, a short q was a
+    raw IndexError and k = 20 walked 3^20 tuples with no end in sight."""
+    from rdk_theory.validation import InputError
+
+    F = Fraction
+    p = np.array([F(1, 2), F(1, 3), F(1, 6)], dtype=object)
+    q = np.array([F(1, 3)] * 3, dtype=object)
+    bad = [((np.array([F(3, 2), F(-1, 2), F(0)], dtype=object), q, 1), "negative entry"),
+           ((p[:2], q, 1), "must sum to 1 exactly"),
+           ((p, np.array([F(1)] * 3, dtype=object), 1), "must sum to at most 1"),
+           ((p, q[:2], 1), "must be 1-D of one length"),
+           ((p, q, 20), r"3\^20 draft tuples to walk \(at most 100,000\)")]
+    for (pp, qq, k), message in bad:
+        with pytest.raises(InputError, match=message):
+            kseq_law_by_enumeration(pp, qq, F(3, 2), k)
