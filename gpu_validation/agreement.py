@@ -39,8 +39,8 @@ that verification reaches, acceptance is Bernoulli(``alpha_t``) given everything
 so ``sum (accepted_t - alpha_t)`` is a martingale. Which positions are reached, and so which
 ``alpha_t`` are recorded, depends on earlier acceptances (a rejection ends a round and changes
 the context), so the count is *not* Poisson-binomial with the recorded ``alpha_t``: a test
-that treats it so rejected 3.2x its level under a null whose ``alpha_t`` followed the running
-score (a review's simulation, 5,000 runs). The p-value is instead that of a test martingale
+that treats it so rejected 21 % of records at the level 0.05 (4x) under a null whose
+``alpha_t`` followed the running score (``tests/test_gpu_validation_data.py``, 2,000 records). The p-value is instead that of a test martingale
 (:func:`betting_p_value`): the average over a grid of bets ``lam`` of
 ``prod_t (1 + lam (accepted_t - alpha_t))``, which has expectation 1 under the null however
 the ``alpha_t`` were chosen, so by Markov's inequality at the (bounded) stopping time it
@@ -126,11 +126,11 @@ def binomial_agreement(predicted, accepted, n: int, n_tests: int = 2) -> dict:
 
 #: Bets of :func:`betting_p_value`: ``+-2^(-k/4)``, k = 0..19 (1 down to 0.037), 40 in all.
 #: The best bet for a deviation of z standard deviations is about ``z / sqrt(V)``, ``V = sum
-#: alpha_t (1 - alpha_t)``: the grid covers z = 4 up to V = 11,700 (some 50,000 positions; the
+#: alpha_t (1 - alpha_t)``: the grid covers z = 4 up to V = 11,600 (some 50,000 positions; the
 #: harness records hundreds to a few thousand). A bet off the best by at most ``2^(1/8)`` keeps
 #: 99 % of its log-wealth; averaging costs ``ln 40`` = 3.7 of it. The price of validity: at
 #: z = 4 (200 positions, alpha 0.7) the p-value is 1.6e-3 where the Poisson-binomial one of
-#: fixed alphas is 3.8e-5; at z = 5, 1.3e-5 against 1.7e-7 (80 bets down to 0.001: 3.2e-3).
+#: fixed alphas is 3.8e-5 (80 bets down to 0.001: 3.2e-3); at z = 5, 1.3e-5 against 1.7e-7.
 BETS = np.concatenate([s * 2.0 ** (-np.arange(20) / 4) for s in (1.0, -1.0)])
 
 
@@ -140,16 +140,25 @@ def betting_p_value(alphas, accepted) -> float:
     time: ``min(1, 1 / W)`` with ``W`` the mean over :data:`BETS` of
     ``prod_t (1 + lam (accepted_t - alphas[t]))``. Each product is a nonnegative martingale of
     mean 1 under the null (``|lam| <= 1`` keeps every factor >= 0), so is their mean, and
-    ``P(W >= 1 / level) <= level`` (Markov's inequality; Ville's for the whole path)."""
-    a = acceptances(alphas)
-    y = np.asarray(accepted, dtype=np.float64).reshape(-1) - a
-    if y.size == 0:
+    ``P(W >= 1 / level) <= level`` (Markov's inequality; Ville's for the whole path).
+
+    An outcome the null forbids (a rejection where alpha is 1, an acceptance where it is 0)
+    gives 0: the bets, at most 1 in size, would count it as one bounded deviation (twenty
+    rejections of sure acceptances in 200 passed at the harness's level). ``accepted`` must
+    hold one 0/1 outcome per alpha (ValueError otherwise, as :func:`acceptances` raises)."""
+    a = acceptances(alphas).reshape(-1)
+    x = np.asarray(accepted, dtype=np.float64).reshape(-1)
+    if x.shape != a.shape or not np.all((x == 0) | (x == 1)):
+        raise ValueError(f"accepted must hold one 0/1 outcome per alpha ({a.size}), got "
+                         f"{x.size} values" + ("" if x.shape != a.shape else
+                                               " not all 0 or 1"))
+    if np.any((x == 0) & (a == 1)) or np.any((x == 1) & (a == 0)):
+        return 0.0
+    if x.size == 0:
         return 1.0
-    with np.errstate(divide="ignore"):  # a factor of 0 (lam = +-1 against a sure outcome)
-        log_w = np.log1p(np.outer(BETS, y)).sum(axis=1)
+    with np.errstate(divide="ignore"):  # a factor of 0: lam = +-1 against a likely outcome
+        log_w = np.log1p(np.outer(BETS, x - a)).sum(axis=1)
     top = log_w.max()
-    if top == -np.inf:
-        return 1.0
     log_mean = top + np.log(np.exp(log_w - top).sum()) - np.log(BETS.size)
     return float(min(1.0, np.exp(-log_mean)))
 

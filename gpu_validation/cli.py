@@ -307,8 +307,8 @@ def cmd_hetero(args) -> int:
     _refuse_study_options(args)
     target = _given(args.target, HETERO_TARGET)
     given = _given(args.drafter, ",".join(HETERO_DRAFTERS))
-    names = given.split(",")
-    if not all(d.strip() for d in names):  # 'a,,b' read as 'a,b' hid a lost name
+    names = [d.strip() for d in given.split(",")]  # 'a, b': ' b' went to the hub as an id
+    if not all(names):  # 'a,,b' read as 'a,b' hid a lost name
         raise InputError(f"--drafter must be comma-separated model names, got {given!r}")
     # each once, the target dropped (hetero.run drops it: a drafter list of the target alone
     # printed an empty table, exit 0)

@@ -81,6 +81,7 @@ def redraw(folder) -> Path:
     ``per_position.npz`` in ``folder`` (no model): the committed figures after a change to the
     figure. ``python -m gpu_validation.figures FOLDER``."""
     import json
+    import zipfile
 
     import numpy as np
 
@@ -101,7 +102,8 @@ def redraw(folder) -> Path:
                 key, what = name.rsplit(":", 1)
                 per.setdefault(key, {})[what] = z[name]
         st = {"per_position": per, "n_steps": report["study"]["n_steps"]}
-    except (ValueError, KeyError, TypeError, OSError) as exc:  # not a validate run's files
+    except (ValueError, KeyError, TypeError, OSError, EOFError,
+            zipfile.BadZipFile) as exc:  # not a validate run's files (a truncated npz too)
         raise InputError(f"{folder}: not a finished validate run's report.json and "
                          f"per_position.npz ({type(exc).__name__}: {exc})") from None
     if not per or any(set(v) != {"predicted", "measured"} for v in per.values()):

@@ -119,6 +119,16 @@ def softmax(x):
     return e / e.sum(axis=-1, keepdims=True)
 
 
+def kept_tensors():
+    """A context in which new torch tensors are ordinary ones, even inside
+    ``torch.inference_mode()``: for copies a cache keeps (index maps, kernel arrays). A kept
+    inference tensor broke every later call that autograd records ("Inference tensors cannot
+    be saved for backward")."""
+    import torch
+
+    return torch.inference_mode(False)
+
+
 def to_numpy(x) -> np.ndarray:
     """``x`` as a numpy array; a torch tensor on any device is copied to the host
     (:func:`rdk_theory.validation.host`: floats as float64)."""

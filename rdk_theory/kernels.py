@@ -54,13 +54,9 @@ class _DeviceCache:
         InputError if a finite entry rounds to infinity in that dtype (a first-order kernel's
         ``C / tau`` in float16, where the products then made NaN of every entry it reached):
         ``what`` names the array and ``remedy`` ends the message (", or ...")."""
-        import torch
-
         k = (key, str(like.device), like.dtype)
         if k not in self._cache:
-            # outside inference mode: a kept inference tensor broke every later call that
-            # autograd records ("Inference tensors cannot be saved for backward")
-            with torch.inference_mode(False):
+            with B.kept_tensors():
                 self._cache[k] = self._copy(array, like, what, remedy)
         return self._cache[k]
 
@@ -330,9 +326,11 @@ class SparseKernel(_DeviceCopies):
             key = (str(q_prime.device), q_prime.dtype)
             if key not in self._torch:
                 coo = self.matrix_t.tocoo()
-                idx = torch.as_tensor(np.vstack([coo.row, coo.col]), device=q_prime.device)
-                vals = torch.as_tensor(coo.data, dtype=q_prime.dtype, device=q_prime.device)
-                self._torch[key] = torch.sparse_coo_tensor(idx, vals, coo.shape, check_invariants=True).coalesce()
+                with B.kept_tensors():
+                    idx = torch.as_tensor(np.vstack([coo.row, coo.col]), device=q_prime.device)
+                    vals = torch.as_tensor(coo.data, dtype=q_prime.dtype, device=q_prime.device)
+                    self._torch[key] = torch.sparse_coo_tensor(
+                        idx, vals, coo.shape, check_invariants=True).coalesce()
             mt = self._torch[key]
             flat = q_prime.reshape(-1, self.n).T  # (N, batch)
             return torch.sparse.mm(mt, flat).T.reshape(q_prime.shape)

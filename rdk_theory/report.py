@@ -299,8 +299,8 @@ def register(sub) -> None:
                "The RDK columns use the covariance-softmax\nkernel as defined (no mixing with "
                "the identity; on the real pair exact RDK's is sparse, top-16),\nand first-order "
                "RDK is a kernel of its own away from small tau; that they fall below or\nrise "
-               "above TLI is a finding about those kernels (README, 'How to read it'), not an "
-               "error.")
+               "above TLI is a finding about those kernels (README, 'What the main job\nprints'), "
+               "not an error.")
     p.add_argument("--source", choices=("auto", "synthetic", "real"), default="auto",
                    help="data: real model pair (needs 'rdk-theory models fetch'), synthetic, or "
                         "auto (real when fetched). Default: auto")

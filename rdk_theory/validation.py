@@ -340,6 +340,8 @@ def as_real_array(x, name: str) -> np.ndarray:
     except (TypeError, ValueError) as exc:
         raise InputError(f"{name} is not a numeric array: {exc}") from None
     except RuntimeError as exc:  # a list holding a tensor that requires grad (torch's error)
+        if "requires grad" not in str(exc):  # e.g. a CUDA error copying to the host: not input
+            raise
         raise InputError(f"{name} is not a numeric array: {exc} (pass one tensor, or a list "
                          "of plain numbers)") from None
     if raw.dtype.kind == "O" and all(isinstance(v, numbers.Real) for v in raw.reshape(-1)):

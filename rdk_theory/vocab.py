@@ -112,16 +112,16 @@ class VocabMap:
                       "intersection": lambda: self.intersection, "source": self._source}
             if name not in arrays:  # a bare KeyError named neither the method nor the choices
                 raise InputError(f"on_device: name must be one of {', '.join(arrays)}, got {name!r}")
-            if device is not None and not isinstance(device, (str, int, torch.device)) or \
-                    isinstance(device, bool):  # 1.5 was a raw TypeError
+            if device is not None and not isinstance(device, (str, numbers.Integral,
+                                                              torch.device)) or \
+                    isinstance(device, (bool, np.bool_)):  # 1.5 was a raw TypeError
                 raise InputError(f"on_device: device must be a torch device, a name or an "
                                  f"index, got {device!r}")
             given = device
             try:  # None (the default device) and ints as torch reads them
-                device = device if device is None else torch.device(device)
-                # built outside inference mode: an inference tensor, kept, broke every later
-                # call that autograd records ("cannot be saved for backward")
-                with torch.inference_mode(False):
+                device = device if device is None or isinstance(device, torch.device) else \
+                    torch.device(device if isinstance(device, str) else int(device))
+                with B.kept_tensors():  # not an inference tensor, which the cache would keep
                     index = torch.tensor(arrays[name](), dtype=torch.int64, device=device)
             except (RuntimeError, AssertionError) as exc:  # "cuda" on a build without it
                 raise InputError(f"on_device: {given!r} is not a torch device here "

@@ -949,6 +949,7 @@ def test_on_device_names_a_bad_index_name_and_a_bad_device():
     (1.5, "device must be a torch device, a name or an index, got 1.5"),  # a raw TypeError
     (True, "device must be a torch device, a name or an index, got True"),
     (99, "99 is not a torch device here"),  # torch's raw RuntimeError (no accelerator 99)
+    (np.int64(99), r"np.int64\(99\) is not a torch device here"),  # an index, as torch reads it
 ])
 def test_on_device_refuses_what_is_no_device_here_by_name(device, message):
     pytest.importorskip("torch")
@@ -967,10 +968,10 @@ def test_device_copies_made_in_inference_mode_leave_later_calls_differentiable()
     cal = np.array([[0.5, 0.3, 0.2], [0.2, 0.2, 0.6]])
     kernels = [rt.DenseKernel(np.full((3, 3), 1 / 3)), rt.MarginalKernel(cal[0], 0.5),
                rt.FirstOrderCovarianceKernel(cal, 0.5), rt.SparseKernel(sp.eye(3).tocsr())]
-    with torch.inference_mode():
-        rt.vanilla_proposal(torch.tensor([0.5, 0.5]), vm)
+    with torch.inference_mode():  # the dtype of the later calls: their cache entries
+        rt.vanilla_proposal(torch.tensor([0.5, 0.5], dtype=torch.float64), vm)
         for k in kernels:
-            k.transport(torch.tensor([0.2, 0.3, 0.5]))
+            k.transport(torch.tensor([0.2, 0.3, 0.5], dtype=torch.float64))
     q = torch.tensor([0.25, 0.75], dtype=torch.float64, requires_grad=True)
     rt.vanilla_proposal(q, vm)[2].backward()
     assert q.grad.tolist() == [0.0, 1.0]

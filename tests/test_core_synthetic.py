@@ -73,9 +73,10 @@ def test_zipf_with_rng_permutes_the_ids_of_the_same_law():
 
 def test_tiny_concentration_dirichlet_treats_every_id_alike():
     """As the concentration goes to 0, Dirichlet(a 1_n) tends to a point mass at a uniformly
-    random id. Rows whose gamma draws all underflow (99% at a = 1e-6) are drawn again in log
-    space; the old fallback put them all on id 0. Chi-square of the argmax over n = 20000
-    rows against uniform on 10 ids, at the suite's per-test false-alarm rate."""
+    random id. At a = 1e-6 the gamma draws of 99% of rows all underflow, so every row is drawn
+    in log space (an early fallback put the underflowed rows all on id 0). Chi-square of the
+    argmax over n = 20000 rows against uniform on 10 ids, at the suite's per-test false-alarm
+    rate. The rows drawn again by their sum alone are tested below, at a = 0.5."""
     from tests.stats import assert_matches_law
 
     d = synthetic.dirichlet(np.random.default_rng(0), 10, 1e-6, size=20000)
@@ -206,8 +207,8 @@ def test_rows_with_subnormal_draws_are_not_coarse_fractions():
     """At concentration 1e-3, n = 2, about 1.7% of rows have gamma draws that are subnormal
     but not 0: with a few bits each, g / sum g came out as 1/2, 2/3, 7/16 (10 of the 9,211
     rows between 0.01 and 0.99 in 2e6 draws, where a continuous law gives such a value with
-    probability 0). Such rows are now drawn in log space: none of 2e6 is a fraction with a
-    denominator up to 20."""
+    probability 0). At this concentration every row is now drawn in log space: none of 2e6 is
+    a fraction with a denominator up to 20."""
     from fractions import Fraction
 
     x = synthetic.dirichlet(np.random.default_rng(0), 2, 1e-3, size=2_000_000)[:, 0]

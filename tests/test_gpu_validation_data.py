@@ -243,7 +243,15 @@ def test_betting_p_value_is_a_test_martingale_bound():
     w = np.mean([np.prod(1 + lam * (x - a)) for lam in agreement.BETS])
     assert_close(agreement.betting_p_value(a, x), min(1.0, 1 / w))
     assert agreement.betting_p_value([], []) == 1.0
-    assert agreement.betting_p_value([1.0, 0.0], [0, 1]) == 1.0  # every bet ruined: no evidence
+    # what the null forbids is no bounded deviation: 0 (20 rejections of sure acceptances in
+    # 200 passed the run's level 1.85e-5 with p = 3.1e-5), as the fixed-alphas count says
+    assert agreement.betting_p_value([1.0, 0.0], [0, 0]) == 0.0
+    assert agreement.betting_p_value([0.5, 0.0], [0, 1]) == 0.0
+    r = agreement.martingale_agreement(np.ones(200), np.r_[np.ones(180), np.zeros(20)], 54)
+    assert r["p_value"] == r["p_value_fixed_alphas"] == 0.0 and not r["pass"]
+    for bad in ([1, np.nan], [1, 2], [1]):  # NaN and 2 passed silently, a short list broadcast
+        with pytest.raises(ValueError, match="accepted must hold one 0/1 outcome per alpha"):
+            agreement.betting_p_value([0.5, 0.5], bad)
     assert agreement.betting_p_value(np.full(400, 0.5), np.ones(400)) < 40 * 1.5 ** -400 * 1.01
 
 

@@ -142,6 +142,8 @@ def test_redraw_draws_a_finished_runs_points_from_its_files(tmp_path, drawn):
                      "'rdk-theory validate' run)"),
     (["{tmp}/bad"], "error: {tmp}/bad: not a finished validate run's report.json and "
                     "per_position.npz (KeyError: 'study')"),
+    (["{tmp}/cut"], "error: {tmp}/cut: not a finished validate run's report.json and "
+                    "per_position.npz (BadZipFile: File is not a zip file)"),
 ])
 def test_the_redraw_command_refuses_what_is_no_finished_run(tmp_path, capsys, argv, message):
     """'--help' was read as a folder (a FileNotFoundError traceback for '--help/report.json'),
@@ -152,6 +154,10 @@ def test_the_redraw_command_refuses_what_is_no_finished_run(tmp_path, capsys, ar
     bad.mkdir()
     (bad / "report.json").write_text(json.dumps({"runs": []}))
     np.savez(bad / "per_position.npz", **{"tli@8:predicted": np.zeros(2)})
+    cut = tmp_path / "cut"  # a copy cut short: a zipfile traceback before
+    cut.mkdir()
+    (cut / "report.json").write_text(json.dumps({"study": {"n_steps": 3}}))
+    (cut / "per_position.npz").write_bytes((bad / "per_position.npz").read_bytes()[:20])
     argv = [a.format(tmp=tmp_path) for a in argv]
     code = None
     try:

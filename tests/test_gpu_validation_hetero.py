@@ -259,8 +259,8 @@ def test_sizes_up_to_the_builtin_drafters_vocabulary_are_accepted_and_beyond_ref
 
 def test_hetero_reads_a_comma_separated_drafter_list(monkeypatch, tmp_path, capsys,
                                                       stub_backends):
-    """'--drafter a,b,a' names two drafters, each once; each is checked before the study,
-    which gets them in order."""
+    """'--drafter "a, b,a"' names two drafters, each once (' b' is b: it went to the hub as an
+    id); each is checked before the study, which gets them in order."""
     from gpu_validation import cli, hetero
     from rdk_theory.cli import main
 
@@ -271,7 +271,7 @@ def test_hetero_reads_a_comma_separated_drafter_list(monkeypatch, tmp_path, caps
         (target, drafters, kw["out"])) or {})
     monkeypatch.setattr(hetero, "summary_lines", lambda report: ["table"])
     out = str(tmp_path / "h")
-    assert main(["validate", "--hetero", "--target", "t", "--drafter", "a,b,a", "--out", out]) == 0
+    assert main(["validate", "--hetero", "--target", "t", "--drafter", "a, b,a", "--out", out]) == 0
     assert checked == ["t", "a", "b"] and ran == [("t", ("a", "b"), out)]
     assert capsys.readouterr().out == f"table\nwrote {out}/hetero.json\n"
 
