@@ -50,6 +50,11 @@ def expected_tokens(alphas):
     Delegates to the core's :func:`rdk_theory.bounds.expected_tokens_per_call` (statement B);
     an empty list (``gamma = 0``: the target alone) gives 1.
     """
+    if np.ndim(alphas) != 1 and not (isinstance(alphas, (list, tuple)) and not alphas):
+        raise InputError("expected_tokens takes a sequence of per-position acceptances (one "
+                         f"alpha: expected_tokens_iid(alpha, gamma)), got {alphas!r}")
+    if hasattr(alphas, "detach"):  # a torch tensor: the core reads it (a list of 0-d tensors
+        return expected_tokens_per_call(alphas)  # was refused as Python objects)
     alphas = list(alphas)
     if not alphas:
         return 1
@@ -60,11 +65,15 @@ def expected_tokens(alphas):
 
 
 def expected_tokens_iid(alpha, gamma: int):
-    """``(1 - alpha^(gamma+1)) / (1 - alpha)``; ``gamma + 1`` at ``alpha = 1``. Broadcasts over alpha."""
+    """``(1 - alpha^(gamma+1)) / (1 - alpha)``; ``gamma + 1`` at ``alpha = 1``. Broadcasts over alpha.
+
+    ``1 - alpha^(gamma+1)`` is computed as ``-expm1((gamma + 1) log alpha)``: subtracted from 1
+    it lost digits near alpha = 1 (6.0 at alpha = 1 - 1e-10, gamma 5, for 5.9999999985)."""
     gamma = _check_gamma(gamma)
     a = _check_alpha(alpha)
-    with np.errstate(divide="ignore", invalid="ignore"):
-        out = np.where(a < 1, (1 - a ** (gamma + 1)) / np.where(a < 1, 1 - a, 1), gamma + 1.0)
+    with np.errstate(divide="ignore", invalid="ignore"):  # log 0 = -inf: expm1 gives -1
+        num = -np.expm1((gamma + 1) * np.log(a))
+        out = np.where(a < 1, num / np.where(a < 1, 1 - a, 1), gamma + 1.0)
     return out[()] if out.ndim == 0 else out
 
 
@@ -81,6 +90,8 @@ def speedup_grows(alpha: float, gamma: int, c: float) -> bool:
     keep each side to a few ulps). Subtracting two speedups in floats cannot: with a tiny
     cost (``c = 1e-20``, alpha 0.5) they tie from gamma 53 on, where the exact optimum is 65.
     At ``alpha = 1`` the sign is that of ``1 - c``; at ``c = 0`` it grows iff ``alpha > 0``."""
+    if np.ndim(alpha) != 0:  # float() of an array was a raw TypeError
+        raise InputError(f"speedup_grows takes one acceptance rate, got {alpha!r}")
     a, g, c = float(_check_alpha(alpha)), _check_gamma(gamma), _check_cost(c)
     if a == 0:
         return False  # A = 0: the speedup is 1 / (gamma c + 1), never growing
@@ -123,8 +134,14 @@ def law_sd(law) -> float:
     be finite and the probabilities a law within ``PROB_ATOL``: each >= -PROB_ATOL (a float
     block law of a row summing to 1 + 2^-52 holds -2.2e-16; read as 0), summing to 1 within
     it (InputError otherwise; ``{1: 0.5, 2: 0.7}`` had given 0.642 and ``{1: -1, 2: 2}`` 0)."""
-    values = np.array([float(k) for k in law], dtype=np.float64)
-    probs = np.array([float(v) for v in law.values()], dtype=np.float64)
+    if not isinstance(law, dict):  # a list was a raw AttributeError
+        raise InputError(f"law_sd needs a law {{value: probability}} (a dict), got "
+                         f"{type(law).__name__}")
+    try:
+        values = np.array([float(k) for k in law], dtype=np.float64)
+        probs = np.array([float(v) for v in law.values()], dtype=np.float64)
+    except (TypeError, ValueError, OverflowError) as exc:  # 'a', 10**400
+        raise InputError(f"law_sd needs real values and probabilities: {exc}") from None
     if not (np.all(np.isfinite(values)) and np.all(np.isfinite(probs))
             and np.all(probs >= -PROB_ATOL) and abs(probs.sum() - 1) <= PROB_ATOL):
         raise InputError(f"law_sd needs a law {{finite value: probability}} with probabilities "
@@ -139,6 +156,8 @@ def tokens_sd_iid(alpha, gamma: int) -> float:
     """Standard deviation of the tokens per call ``L`` when each of ``gamma`` drafts is accepted
     with probability ``alpha`` independently: ``P(L = k) = alpha^(k-1) (1 - alpha)`` for
     ``k <= gamma`` and ``P(L = gamma + 1) = alpha^gamma``."""
+    if np.ndim(alpha) != 0:  # float() of an array was a raw TypeError
+        raise InputError(f"tokens_sd_iid takes one acceptance rate, got {alpha!r}")
     a, g = float(_check_alpha(alpha)), _check_gamma(gamma)
     k = np.arange(1, g + 2, dtype=np.float64)
     return law_sd(dict(zip(k, np.append(a ** (k[:-1] - 1) * (1 - a), a ** g))))
@@ -272,6 +291,9 @@ def mc_tokens_iid(alphas, n: int, rng) -> np.ndarray:
     ``alphas``: (gamma,) per-position acceptances (a scalar alpha needs ``[alpha] * gamma``).
     """
     a = _check_alpha(np.atleast_1d(alphas))
+    if a.ndim != 1:  # a (2, 1) array was a raw broadcast error
+        raise InputError(f"mc_tokens_iid takes one acceptance per position, a 1-D list, got "
+                         f"shape {a.shape}")
     n = as_count(n, "n")  # n = 2.5 gave 2 rows
     check_numpy_rng(rng, "mc_tokens_iid needs")
     out = np.empty(n, dtype=np.int64)

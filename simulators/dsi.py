@@ -42,15 +42,17 @@ import math
 
 import numpy as np
 
-from rdk_theory.validation import InputError, as_count, check_numpy_rng
+from rdk_theory.validation import InputError, as_count, as_real_array, check_numpy_rng, real_number
 
 from .block import expected_tokens_iid
 
 def _check(c, a, k=1, servers=1):
-    if not (0 < c <= 1):
-        raise InputError(f"drafter cost c must be in (0, 1] target forwards, got {c}")
-    if not (0 <= a < 1):
-        raise InputError(f"acceptance a must be in [0, 1) (a = 1 never rejects), got {a}")
+    cv, av = real_number(c), real_number(a)  # '0.5', None, arrays, True: raw errors or 1 before
+    if cv is None or not (0 < cv <= 1):
+        raise InputError(f"drafter cost c must be a number in (0, 1] target forwards, got {c!r}")
+    if av is None or not (0 <= av < 1):
+        raise InputError(f"acceptance a must be a number in [0, 1) (a = 1 never rejects), got "
+                         f"{a!r}")
     as_count(k, "lookahead k", 1)
     as_count(servers, "servers", 1)
 
@@ -76,7 +78,10 @@ def si_best(c: float, a: float, k_max: int = 64) -> tuple[int, float]:
 
 def task_starts(j, c: float, k: int, servers: int) -> np.ndarray:
     """``s_j`` for task indices ``j`` (closed form of ``s_j = max(j k c, s_{j-S} + 1)``)."""
+    _check(c, 0.0, k, servers)  # servers 0 divided by zero, -1 gave [0, -1, -2]
     j = np.asarray(j)
+    if j.dtype.kind not in "iu" or (j.size and j.min() < 0):
+        raise InputError("task indices j must be integers >= 0")
     kc = k * c
     if servers * kc >= 1:
         return j * kc
@@ -137,7 +142,14 @@ def dsi_best(c: float, a: float, servers: int, k_max: int = 64) -> tuple[int, fl
 def servers_needed(c: float, k: int) -> int:
     """Target servers at which the schedule stops waiting for a free server: ``ceil(1 / (k c))``."""
     _check(c, 0.0, k)
-    return int(math.ceil(1 / (k * c) - 1e-12))
+    need = 1 / (k * c)
+    if need > MAX_SERVERS:  # c = 5e-324 overflowed int(ceil(inf))
+        raise InputError(f"1 / (k c) = {need:.4g} servers: more than {MAX_SERVERS:,}")
+    return int(math.ceil(need - 1e-12))
+
+
+#: Most servers :func:`servers_needed` reports (the int64 range).
+MAX_SERVERS = 2 ** 63 - 1
 
 
 def dsi_monte_carlo(c: float, a: float, k: int, servers: int, n_cycles: int, rng):
@@ -176,7 +188,10 @@ def sweep(c_values, a_values, servers: int, k_max: int = 64, progress=None) -> d
     Returns arrays of shape (len(c_values), len(a_values)): ``dsi``, ``si``, ``dsi_k``, ``si_k``,
     plus ``speedup_vs_si = si / dsi`` and ``speedup_vs_nonsi = 1 / dsi`` and ``si_vs_nonsi``.
     """
-    cs, as_ = np.asarray(c_values, float), np.asarray(a_values, float)
+    cs, as_ = as_real_array(c_values, "c_values"), as_real_array(a_values, "a_values")
+    if cs.ndim != 1 or as_.ndim != 1:  # [[0.5]] was a raw TypeError, ['x'] numpy's ValueError
+        raise InputError(f"c_values and a_values must be 1-D, got shapes {cs.shape}, "
+                         f"{as_.shape}")
     out = {key: np.zeros((cs.size, as_.size)) for key in ("dsi", "si", "dsi_k", "si_k")}
     rows = range(cs.size) if progress is None else progress(range(cs.size))
     for i in rows:

@@ -45,9 +45,17 @@ def markov_string_drafter(chain: MarkovLM, tokens: Sequence[str], start: tuple =
 
     ``start`` holds drafter ids of the text before the step (the chain's context).
     """
+    tokens = list(tokens)
+    if len(tokens) != chain.n_out:  # fewer: the law was cut silently; more: an IndexError
+        raise InputError(f"{len(tokens)} token strings for a chain over {chain.n_out} ids")
+    if len(set(tokens)) != len(tokens):
+        raise InputError("the token strings must be distinct (a prefix names its ids by them)")
     index = {t: i for i, t in enumerate(tokens)}
 
     def next_token_probs(prefix):
+        unknown = [t for t in prefix if t not in index]
+        if unknown:  # a raw KeyError
+            raise InputError(f"prefix token {unknown[0]!r} is not one of the drafter's tokens")
         row = chain.next_probs(tuple(start) + tuple(index[t] for t in prefix))
         return {tokens[i]: row[i] for i in range(len(tokens)) if row[i] != 0}
 
@@ -107,6 +115,8 @@ def segmentation_count(string: str, draft_tokens: Sequence[str]) -> int:
     str, as there.
     """
     check_target_string(string)
+    if isinstance(draft_tokens, str) or not all(isinstance(d, str) for d in draft_tokens):
+        raise InputError("draft_tokens must be a list of strings")  # [1] was a raw TypeError
     draft_tokens = list(dict.fromkeys(d for d in draft_tokens if d))
     n = len(string)
     tilings = [0] * (n + 1)

@@ -91,8 +91,11 @@ class MarkovLM:
         """``P(seq | prefix) = prod_t p(seq_t | prefix + seq_<t)`` (exact for Fraction tables)."""
         prob, ctx = 1, tuple(prefix)
         for tok in seq:
+            tok = as_count(tok, "a token id")
+            if tok >= self.n_out:  # -1 read p[-1], 99 was a raw IndexError
+                raise InputError(f"token id {tok} is not below n_out = {self.n_out}")
             prob = prob * self.next_probs(ctx)[tok]
-            ctx = ctx + (int(tok),)
+            ctx = ctx + (tok,)
         return prob
 
     def sequence_law(self, prefix: Sequence[int], length: int) -> dict:
@@ -156,7 +159,12 @@ def noisy_drafter(target: MarkovLM, rng, *, kept_ids: Sequence[int] | None = Non
     With ``kept_ids`` (a pruned drafter: same tokenizer, LM head cut to those target ids) the
     drafter's output token ``j`` is target token ``kept_ids[j]``. Exact (Fraction) rows.
     """
-    kept = np.arange(target.n_out) if kept_ids is None else np.asarray(kept_ids)
+    check_numpy_rng(rng, "noisy_drafter needs")
+    if kept_ids is None:
+        kept = np.arange(target.n_out)
+    else:  # distinct target ids: [-1, 0] and [0, 0] were accepted, [9] an IndexError
+        kept = VocabMap.from_kept_ids(kept_ids, target.n_out).draft_to_target
+    noise, scale = as_count(noise, "noise"), as_count(scale, "scale")
     table = {}
     for key, row in target.table.items():
         p = np.array([float(v) for v in row])
@@ -242,7 +250,7 @@ def toy_pair(name: str = "pruned", seed: int = 0, *, order: int = 1) -> ToyPair:
     * ``hetero``: target tokens ``a b c ab ca``, drafter tokens ``a b c ab bc cc``; matched by
       string (``bc``, ``cc`` are absent from the target, ``ca`` is OOV for the drafter).
     """
-    rng = np.random.default_rng(seed)
+    rng = np.random.default_rng(as_count(seed, "seed"))  # -1 was numpy's raw ValueError
     if name == "same":
         target = random_markov_lm(rng, 4, order=order)
         return ToyPair(name, target, noisy_drafter(target, rng), VocabMap.identity(4))

@@ -359,3 +359,33 @@ def test_simulators_take_a_whole_n_of_any_integer_kind(name):
     for n in (3, 3.0, np.int64(3)):
         out = call(n)
         assert len(out[0] if isinstance(out, tuple) else out) == 3
+
+
+def test_block_helpers_name_bad_input():
+    """Raw TypeErrors, AttributeErrors and broadcast errors before, each now one InputError
+    naming the input (a scalar where a list is taken, a list where one rate is, ...)."""
+    from simulators import block
+
+    rng = np.random.default_rng(0)
+    bad = [(lambda: block.expected_tokens(0.5), "takes a sequence of per-position acceptances"),
+           (lambda: block.speedup_grows(np.array([0.5, 0.6]), 2, 0.1), "takes one acceptance"),
+           (lambda: block.tokens_sd_iid([0.5, 0.6], 3), "takes one acceptance rate"),
+           (lambda: block.mc_tokens_iid([[0.5], [0.5]], 3, rng), r"got shape \(2, 1\)"),
+           (lambda: block.law_sd([1, 2]), r"needs a law \{value: probability\} \(a dict\)"),
+           (lambda: block.law_sd({"a": 1}), "needs real values and probabilities")]
+    for call, message in bad:
+        with pytest.raises(InputError, match=message):
+            call()
+
+
+def test_expected_tokens_iid_keeps_its_digits_near_alpha_one():
+    """1 - alpha^(gamma+1) lost digits by cancellation: 6.0 at alpha = 1 - 1e-10, gamma 5,
+    where the per-position sum (and the exact value, 6 - 15e-10 + ...) gives 5.9999999985."""
+    from simulators.block import expected_tokens, expected_tokens_iid
+
+    a = 1 - 1e-10
+    assert_close(expected_tokens_iid(a, 5), expected_tokens([a] * 5), rtol=1e-15, atol=0)
+    assert expected_tokens_iid(a, 5) != 6.0
+    exact = expected_tokens([Fraction(1, 3)] * 4)  # and the exact tier still agrees
+    assert_close(expected_tokens_iid(1 / 3, 4), float(exact), rtol=1e-15, atol=0)
+    assert expected_tokens_iid(0.0, 3) == 1.0 and expected_tokens_iid(1.0, 3) == 4.0

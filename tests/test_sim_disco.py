@@ -180,3 +180,31 @@ def test_trace_replay_refuses_a_policy_that_is_not_oracle_or_a_length(policy, c,
     if c is None:
         with pytest.raises(disco.InputError, match=message):
             disco.trace_time_static([0.5], 1, c)
+
+
+def test_regime_trace_and_toy_models_name_bad_input():
+    """regime_trace returned NaN traces for easy = NaN and raised numpy's error for 'x';
+    sequence_prob read p[-1] for token -1; noisy_drafter took kept ids -1 and repeats;
+    toy_pair's seed -1 was numpy's ValueError; a string drafter's token list shorter than its
+    chain cut the law silently."""
+    import numpy as np
+    import pytest
+
+    from rdk_theory.validation import InputError
+    from simulators import disco, strings, toy_lm
+
+    rng = np.random.default_rng(0)
+    pair = toy_lm.toy_pair("pruned", 0)
+    bad = [(lambda: disco.regime_trace(rng, 5, easy=float("nan")), "need easy in"),
+           (lambda: disco.regime_trace(rng, 5, jitter="x"), "need jitter in"),
+           (lambda: pair.target.sequence_prob((), [-1]), "a token id must be an integer >= 0"),
+           (lambda: pair.target.sequence_prob((), [99]), "token id 99 is not below n_out = 5"),
+           (lambda: toy_lm.noisy_drafter(pair.target, rng, kept_ids=[-1, 0]), ">= 0, got -1"),
+           (lambda: toy_lm.noisy_drafter(pair.target, rng, kept_ids=[0, 0]), "more than once"),
+           (lambda: toy_lm.toy_pair("same", -1), "seed must be an integer >= 0"),
+           (lambda: strings.markov_string_drafter(strings.toy_string_models()[1], ["a"]),
+            "token strings for a chain over"),
+           (lambda: strings.segmentation_count("ab", [1]), "draft_tokens must be a list")]
+    for call, message in bad:
+        with pytest.raises(InputError, match=message):
+            call()

@@ -117,3 +117,25 @@ def test_exact_cost_matches_event_replay(c, a, k, servers):
     times, tokens = dsi.dsi_monte_carlo(c, a, k, servers, 20000, np.random.default_rng(1))
     r = dsi.dsi_cost(c, a, k, servers)
     assert_pvalue(z_pvalue(times - r * tokens, 0.0), f"DSI replay c={c} a={a} k={k} S={servers}")
+
+
+def test_dsi_inputs_are_named_errors():
+    """A string or None cost was a raw TypeError, an array a raw ValueError, True read as
+    c = 1, c = 5e-324 overflowed int(ceil(inf)), task_starts took 0 or -1 servers (a
+    division by zero, [0, -1, -2]) and sweep a 2-D grid."""
+    import numpy as np
+    import pytest
+
+    from rdk_theory.validation import InputError
+    from simulators import dsi
+
+    for c in ("0.5", None, True, np.array([0.5, 0.6])):
+        with pytest.raises(InputError, match="drafter cost c must be a number in"):
+            dsi.si_cost(c, 0.5, 2)
+    with pytest.raises(InputError, match="servers: more than"):
+        dsi.servers_needed(5e-324, 1)
+    with pytest.raises(InputError, match="servers must be an integer >= 1"):
+        dsi.task_starts(np.arange(3), 0.1, 1, 0)
+    with pytest.raises(InputError, match="must be 1-D"):
+        dsi.sweep([[0.5]], [0.5], 2)
+    assert dsi.task_starts(np.arange(3), 0.1, 1, 2).tolist() == [0.0, 0.1, 1.0]

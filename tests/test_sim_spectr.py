@@ -113,7 +113,7 @@ def test_edge_arguments_are_input_errors_across_the_simulators():
     rng = np.random.default_rng(0)
     half = np.array([0.5, 0.5])
     for call, message in [
-        (lambda: dsi.servers_needed(0.0, 1), r"drafter cost c must be in \(0, 1\]"),
+        (lambda: dsi.servers_needed(0.0, 1), r"drafter cost c must be a number in \(0, 1\]"),
         (lambda: dsi.si_best(0.1, 0.5, k_max=0), "k_max must be an integer >= 1"),
         (lambda: dsi.dsi_best(0.1, 0.5, 2, k_max=0), "k_max must be an integer >= 1"),
         (lambda: kseq_sample(half, half, 1.0, 0, 5, rng), "k must be an integer >= 1"),
