@@ -12,9 +12,14 @@ from fractions import Fraction
 
 import numpy as np
 
+from rdk_theory.validation import InputError
+
 
 def compositions(total: int, parts: int):
-    """All tuples of ``parts`` non-negative ints summing to ``total``."""
+    """All tuples of ``parts`` non-negative ints summing to ``total`` (``parts >= 1``,
+    ``total >= 0``: 0 parts recursed without end)."""
+    if parts < 1 or total < 0:
+        raise InputError(f"compositions need parts >= 1 and total >= 0, got {parts}, {total}")
     if parts == 1:
         yield (total,)
         return
@@ -28,7 +33,9 @@ def fractions(values, d: int) -> np.ndarray:
 
 
 def distributions(n: int, d: int):
-    """Every law on ``n`` points with entries in ``{0, 1/d, ..., 1}``."""
+    """Every law on ``n`` points with entries in ``{0, 1/d, ..., 1}`` (``n, d >= 1``)."""
+    if n < 1 or d < 1:  # d = 0 divided by zero
+        raise InputError(f"distributions need n >= 1 points and a grid d >= 1, got {n}, {d}")
     for c in compositions(d, n):
         yield fractions(c, d)
 

@@ -40,6 +40,7 @@ from rdk_theory.validation import InputError, as_count, check_numpy_rng
 
 def rational_best_rho(p, q, k: int) -> Fraction:
     """A Fraction ``rho`` at (or just above) the bisection's ``rho*`` that is exactly valid."""
+    p, q = _pq(p, q)  # a scalar was a raw TypeError
     pf = np.array([float(v) for v in p])
     qf = np.array([float(v) for v in q])
     rho = Fraction(kseq_best_rho(pf, qf, k)).limit_denominator(1 << 40)
@@ -92,8 +93,8 @@ def kseq_sample(p, q, rho: float, k: int, n: int, rng) -> tuple[np.ndarray, np.n
     """``n`` K-SEQ steps (float64): returns emitted tokens (n,) and whether a draft was accepted.
     Steps are drawn in blocks of :data:`KSEQ_BLOCK` (memory stays flat: 1e7 steps at once
     took 2.2 GB); up to one block, the draws are those of a single block."""
-    p = np.asarray(p, dtype=np.float64)
-    q = np.asarray(q, dtype=np.float64)
+    p, q = _pq(p, q)  # strings were numpy's raw ValueError
+    p, q = np.asarray(p, dtype=np.float64), np.asarray(q, dtype=np.float64)
     n, k, rho = as_count(n, "n"), as_count(k, "k", 1), float(check_rho(rho))
     check_numpy_rng(rng, "kseq_sample needs")
     if n > KSEQ_BLOCK:
@@ -134,8 +135,10 @@ def _kseq_block(p, q, rho, k, n, rng):
 def compare_with_lp(p, q, ks=(1, 2, 3, 4)) -> list[dict]:
     """For each ``k``: ``rho*``, ``beta``, K-SEQ acceptance at ``rho*``, the LP optimum, the ratio."""
     rows = []
-    p = np.asarray(p, dtype=np.float64)
-    q = np.asarray(q, dtype=np.float64)
+    p, q = _pq(p, q)  # ['a', 'b'] was numpy's raw ValueError
+    p, q = np.asarray(p, dtype=np.float64), np.asarray(q, dtype=np.float64)
+    if np.ndim(ks) != 1:  # an int was a raw TypeError
+        raise InputError(f"ks must be a list of draft counts, got {ks!r}")
     for k in ks:
         rho = kseq_best_rho(p, q, k)
         acc = float(kseq_acceptance(p, q, rho, k))

@@ -161,3 +161,21 @@ def test_the_enumeration_refuses_laws_it_cannot_walk():
     for (pp, qq, k), message in bad:
         with pytest.raises(InputError, match=message):
             kseq_law_by_enumeration(pp, qq, F(3, 2), k)
+
+
+def test_spectr_helpers_and_exhaustive_grids_name_bad_input():
+    """Raw errors before: numpy's ValueError for string laws, a TypeError for an int ks or a
+    scalar p, a RecursionError for 0 parts and a ZeroDivisionError for a grid of 0."""
+    from proofs import exhaustive
+    from rdk_theory.validation import InputError
+
+    rng = np.random.default_rng(0)
+    half = np.array([0.5, 0.5])
+    bad = [(lambda: kseq_sample(["a", "b"], half, 1.5, 2, 5, rng), "must hold real numbers"),
+           (lambda: compare_with_lp(half, half, 2), "ks must be a list of draft counts"),
+           (lambda: rational_best_rho(0.5, half, 2), "non-empty last axis"),
+           (lambda: list(exhaustive.compositions(3, 0)), "parts >= 1"),
+           (lambda: list(exhaustive.distributions(2, 0)), "a grid d >= 1")]
+    for call, message in bad:
+        with pytest.raises(InputError, match=message):
+            call()
