@@ -42,6 +42,8 @@ def distributions(n: int, d: int):
 
 def sub_distributions(n: int, d: int):
     """Every sub-stochastic vector on ``n`` points with entries in ``{0, 1/d, ..., 1}``."""
+    if n < 1 or d < 1:  # d = 0 divided by zero
+        raise InputError(f"sub_distributions need n >= 1 points and a grid d >= 1, got {n}, {d}")
     for total in range(d + 1):
         for c in compositions(total, n):
             yield fractions(c, d)

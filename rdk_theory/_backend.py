@@ -123,7 +123,8 @@ def kept_tensors():
     """A context in which new torch tensors are ordinary ones, even inside
     ``torch.inference_mode()``: for copies a cache keeps (index maps, kernel arrays). A kept
     inference tensor broke every later call that autograd records ("Inference tensors cannot
-    be saved for backward")."""
+    be saved for backward"). It also turns grad mode on inside ``torch.no_grad()``: use it for
+    copies of numpy arrays only, never for a computation on tensors that require grad."""
     import torch
 
     return torch.inference_mode(False)

@@ -80,7 +80,7 @@ def task_starts(j, c: float, k: int, servers: int) -> np.ndarray:
     """``s_j`` for task indices ``j`` (closed form of ``s_j = max(j k c, s_{j-S} + 1)``)."""
     _check(c, 0.0, k, servers)  # servers 0 divided by zero, -1 gave [0, -1, -2]
     j = np.asarray(j)
-    if j.dtype.kind not in "iu" or (j.size and j.min() < 0):
+    if j.size and (j.dtype.kind not in "iu" or j.min() < 0):  # [] is no task: an empty result
         raise InputError("task indices j must be integers >= 0")
     kc = k * c
     if servers * kc >= 1:

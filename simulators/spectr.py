@@ -62,6 +62,8 @@ def kseq_law_by_enumeration(p, q, rho, k: int) -> tuple[np.ndarray, np.ndarray]:
     """
     k = as_count(k, "k", 1)
     rho = check_rho(rho)  # < 1 would draft past the target's law: not K-SEQ, and not lossless
+    p, q = (np.array(list(v), dtype=object) if isinstance(v, (list, tuple)) else v
+            for v in (p, q))  # a list of Fractions stays exact (as_prob_array reads floats)
     p, q = _pq(p, q)  # laws of one length: a p of (3/2, -1/2) or a short one was walked as given
     n = len(p)
     accept = np.array([Fraction(0)] * n, dtype=object)
@@ -137,8 +139,7 @@ def compare_with_lp(p, q, ks=(1, 2, 3, 4)) -> list[dict]:
     rows = []
     p, q = _pq(p, q)  # ['a', 'b'] was numpy's raw ValueError
     p, q = np.asarray(p, dtype=np.float64), np.asarray(q, dtype=np.float64)
-    if np.ndim(ks) != 1:  # an int was a raw TypeError
-        raise InputError(f"ks must be a list of draft counts, got {ks!r}")
+    ks = [ks] if np.ndim(ks) == 0 and not hasattr(ks, "__iter__") else list(ks)  # one k: [k]
     for k in ks:
         rho = kseq_best_rho(p, q, k)
         acc = float(kseq_acceptance(p, q, rho, k))

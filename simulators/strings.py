@@ -115,7 +115,10 @@ def segmentation_count(string: str, draft_tokens: Sequence[str]) -> int:
     str, as there.
     """
     check_target_string(string)
-    if isinstance(draft_tokens, str) or not all(isinstance(d, str) for d in draft_tokens):
+    if isinstance(draft_tokens, str):
+        raise InputError("draft_tokens must be a list of strings, not one string")
+    draft_tokens = list(draft_tokens)  # once: a generator read by the check came back empty
+    if not all(isinstance(d, str) for d in draft_tokens):
         raise InputError("draft_tokens must be a list of strings")  # [1] was a raw TypeError
     draft_tokens = list(dict.fromkeys(d for d in draft_tokens if d))
     n = len(string)

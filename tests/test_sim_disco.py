@@ -208,3 +208,16 @@ def test_regime_trace_and_toy_models_name_bad_input():
     for call, message in bad:
         with pytest.raises(InputError, match=message):
             call()
+
+
+def test_segmentation_count_reads_a_generator_once_and_task_starts_takes_no_tasks():
+    """The type check read a generator of tokens, which then counted 0 segmentations; an
+    empty list of task indices is no task, not a bad index."""
+    import numpy as np
+
+    from simulators import dsi, strings
+
+    assert strings.segmentation_count("ab", (t for t in ["a", "b"])) == 1
+    assert strings.segmentation_count("ab", iter(["a", "b", "ab"])) == 2
+    assert dsi.task_starts([], 0.1, 2, 3).size == 0
+    assert dsi.task_starts(np.int64(5), 0.1, 2, 3) == 1.4

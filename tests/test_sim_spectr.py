@@ -172,10 +172,16 @@ def test_spectr_helpers_and_exhaustive_grids_name_bad_input():
     rng = np.random.default_rng(0)
     half = np.array([0.5, 0.5])
     bad = [(lambda: kseq_sample(["a", "b"], half, 1.5, 2, 5, rng), "must hold real numbers"),
-           (lambda: compare_with_lp(half, half, 2), "ks must be a list of draft counts"),
            (lambda: rational_best_rho(0.5, half, 2), "non-empty last axis"),
            (lambda: list(exhaustive.compositions(3, 0)), "parts >= 1"),
            (lambda: list(exhaustive.distributions(2, 0)), "a grid d >= 1")]
     for call, message in bad:
         with pytest.raises(InputError, match=message):
             call()
+    assert len(compare_with_lp(half, half, 2)) == 1  # one k (an int was a raw TypeError)
+    with pytest.raises(InputError, match="a grid d >= 1"):
+        list(exhaustive.sub_distributions(2, 0))
+    F = Fraction  # a list of Fractions stays exact (it became float64 through the checks)
+    p, q = [F(1, 2), F(1, 3), F(1, 6)], [F(1, 6), F(1, 3), F(1, 2)]
+    law, _ = kseq_law_by_enumeration(p, q, rational_best_rho(p, q, 2), 2)
+    assert list(law) == p
