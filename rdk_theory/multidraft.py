@@ -67,6 +67,11 @@ def _exact_rho(rho, p):
     which would take the exact tier's ``beta`` out of it (and its validity check with it)."""
     if isinstance(rho, numbers.Integral) and p.dtype == object:
         return Fraction(int(rho))
+    if p.dtype != object and isinstance(rho, numbers.Rational):  # float p: rho as a float,
+        try:  # where 10^400 (an int or a Fraction) was a raw OverflowError in p / rho
+            return float(rho)
+        except OverflowError:
+            return math.inf  # rho > 0 beyond float64's range: p / rho is 0, as at inf
     return rho
 
 

@@ -57,6 +57,19 @@ def _check(c, a, k=1, servers=1):
     as_count(servers, "servers", 1)
 
 
+#: Largest ``k_max`` of :func:`si_best` and :func:`dsi_best`, which evaluate every lookahead up
+#: to it (10^9 built a list for minutes); the CLI's whole sweep is capped at as many.
+K_MAX_LIMIT = 2 ** 21
+
+
+def _check_k_max(k_max) -> int:
+    k_max = as_count(k_max, "k_max", 1)
+    if k_max > K_MAX_LIMIT:
+        raise InputError(f"k_max must be at most {K_MAX_LIMIT:,} (each lookahead up to it is "
+                         f"evaluated), got {k_max:,}")
+    return k_max
+
+
 def non_si_cost(c=None, a=None) -> float:
     """Time per token without speculation: 1."""
     return 1.0
@@ -70,7 +83,7 @@ def si_cost(c: float, a: float, k: int) -> float:
 
 def si_best(c: float, a: float, k_max: int = 64) -> tuple[int, float]:
     """The SI lookahead in ``1..k_max`` with the least time per token, and that time."""
-    k_max = as_count(k_max, "k_max", 1)
+    k_max = _check_k_max(k_max)
     costs = [si_cost(c, a, k) for k in range(1, int(k_max) + 1)]
     i = int(np.argmin(costs))
     return i + 1, float(costs[i])
@@ -133,7 +146,7 @@ def _weighted_powers(x: float, n: int, chunk: int = 1 << 16) -> float:
 def dsi_best(c: float, a: float, servers: int, k_max: int = 64) -> tuple[int, float]:
     """The DSI lookahead ``k`` (``1 <= k <= min(k_max, 1/c)``) with the least time per token."""
     _check(c, a, 1, servers)
-    hi = max(1, min(as_count(k_max, "k_max", 1), int(math.floor(1 / c + 1e-12))))
+    hi = max(1, min(_check_k_max(k_max), int(math.floor(1 / c + 1e-12))))
     costs = [dsi_cost(c, a, k, servers) for k in range(1, hi + 1)]
     i = int(np.argmin(costs))
     return i + 1, float(costs[i])

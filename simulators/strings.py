@@ -32,7 +32,7 @@ import numpy as np
 from rdk_theory.acceptance import step_output_law
 from rdk_theory.string_level import (check_target_string, psi, psi_by_segmentations, segmentations,
                                      slem_acceptance, slrs_acceptance)
-from rdk_theory.validation import InputError, check_numpy_rng
+from rdk_theory.validation import InputError, as_count, check_numpy_rng
 
 from .toy_lm import MarkovLM, random_markov_lm
 
@@ -91,6 +91,14 @@ def string_step(target_probs, drafter_next, *, target_tokens=TARGET_TOKENS, draf
 def draft_target_token(drafter_next, rng, *, target_tokens=TARGET_TOKENS, max_tokens: int = 64) -> int:
     """Generate drafter tokens until the text starts with a target token; return that token's id."""
     check_numpy_rng(rng, "draft_target_token needs")
+    # a string was read as its characters; "" matched every text at once (id 0); a generator
+    # is read once
+    if isinstance(target_tokens, str):
+        raise InputError("target_tokens must be a list of non-empty strings, not one string")
+    target_tokens = list(target_tokens)
+    if not target_tokens or not all(isinstance(t, str) and t for t in target_tokens):
+        raise InputError("target_tokens must be a list of non-empty strings")
+    max_tokens = as_count(max_tokens, "max_tokens", 1)  # 2.5 was a raw TypeError
     text, prefix = "", ()
     for _ in range(max_tokens):
         for i, t in enumerate(target_tokens):

@@ -389,3 +389,38 @@ def test_expected_tokens_iid_keeps_its_digits_near_alpha_one():
     exact = expected_tokens([Fraction(1, 3)] * 4)  # and the exact tier still agrees
     assert_close(expected_tokens_iid(1 / 3, 4), float(exact), rtol=1e-15, atol=0)
     assert expected_tokens_iid(0.0, 3) == 1.0 and expected_tokens_iid(1.0, 3) == 4.0
+
+
+def test_optimal_gamma_bisects_to_the_stepwise_answer_at_any_cap():
+    """Stepping up one gamma at a time took minutes at gamma_max = 10^7 and never ended at
+    2^40; bisection on the same monotone condition gives the same answer (checked against the
+    stepwise loop on 600 random cases) at once."""
+    from simulators import block
+
+    rng = np.random.default_rng(3)
+    for _ in range(600):
+        a = float(rng.choice([rng.random(), 1 - 10 ** -rng.uniform(1, 12), 0.0, 1.0]))
+        c = float(rng.choice([rng.random(), 10 ** -rng.uniform(0, 25), 0.0]))
+        cap = int(rng.integers(0, 200))
+        g = 0
+        while g < cap and block.speedup_grows(a, g, c):
+            g += 1
+        assert block.optimal_gamma(a, c, cap)[0] == g, (a, c, cap)
+    assert block.optimal_gamma(0.5, 0.0, 10**7)[0] == 10**7  # a free drafter: the cap
+    assert block.optimal_gamma(0.5, 1e-20, 2**40)[0] == 65  # the exact optimum
+
+
+def test_interval_sizes_and_lookahead_caps_are_named():
+    """A string level or spread was a raw TypeError, sd = 1e160 overflowed its square, and
+    si_best built a list of 10^9 costs."""
+    from simulators import block, dsi
+
+    for call, message in ((lambda: block.mean_ci([1.0, 2.0], "0.9"), "level must be in"),
+                          (lambda: block.mean_ci([1.0, 2.0], sd=1e160, spread=1e160),
+                           r"sd must be a finite number in \[0, 1e\+150\]"),
+                          (lambda: block.tokens_per_call_ci([1.0, 2.0], 0.5, "3"),
+                           "spread must be a finite number"),
+                          (lambda: dsi.si_best(0.5, 0.5, 10**9), "k_max must be at most"),
+                          (lambda: dsi.dsi_best(0.5, 0.5, 2, 10**9), "k_max must be at most")):
+        with pytest.raises(InputError, match=message):
+            call()

@@ -98,3 +98,29 @@ def test_string_step_reports_slrs_and_slem_by_their_definitions():
     res = string_step(p, markov_string_drafter(drafter, DRAFT_TOKENS, start=(0,)))
     assert res["slrs"] == sum(min(a, b) for a, b in zip(p, res["psi"])) == Fraction(1577, 2028)
     assert res["slem"] == sum(a * b for a, b in zip(p, res["psi"])) == Fraction(1531, 4056)
+
+
+def test_draft_target_token_and_beta_name_their_inputs():
+    """A string token list was read as its characters, an empty token matched every text at
+    once, max_tokens 2.5 was a raw TypeError, and beta with rho = 10^400 against float laws
+    a raw OverflowError (p / rho is 0 there, as at rho = inf)."""
+    from fractions import Fraction
+
+    import numpy as np
+    import pytest
+
+    from rdk_theory import multidraft
+    from rdk_theory.validation import InputError
+    from simulators import strings
+
+    rng = np.random.default_rng(0)
+    drafter = lambda prefix: {"a": 1.0}  # noqa: E731
+    for kw, message in (({"target_tokens": "ab"}, "not one string"),
+                        ({"target_tokens": ["", "ab"]}, "list of non-empty strings"),
+                        ({"max_tokens": 2.5}, "max_tokens must be an integer >= 1")):
+        with pytest.raises(InputError, match=message):
+            strings.draft_target_token(drafter, rng, **kw)
+    assert strings.draft_target_token(drafter, rng, target_tokens=(t for t in ["b", "a"])) == 1
+    half = np.array([0.5, 0.5])
+    assert multidraft.beta(half, half, Fraction(10**400)) == 0.0
+    assert multidraft.beta(half, half, 10**400) == 0.0
