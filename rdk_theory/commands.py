@@ -190,8 +190,9 @@ def register_all(sub) -> None:
                     "Every step is lossless: the emitted\ntoken follows p exactly, whatever the "
                     "sampler. rdk_exact uses --kernel (identity by default,\nwhich makes it "
                     "TLI); rdk_first_order always approximates the covariance kernel (it "
-                    "needs\ncalibration_probs; another --kernel with it is an error); vanilla and tli use no kernel and ignore the "
-                    "kernel options\n(with a warning on stderr).",
+                    "needs\ncalibration_probs; another --kernel with it is an error); vanilla "
+                    "and tli use no kernel\nand ignore the kernel options (with a warning on "
+                    "stderr).",
         epilog=CASE_HELP + "\n\nexample:\n  rdk-theory sample case.npz --sampler "
                "rdk_first_order --context 0 --n 100000 --seed 1 --json\n  -> {\"counts\": "
                "[N_T ints], \"accepted\": int, \"n\": 100000}")
