@@ -80,6 +80,27 @@ def acceptances(x) -> np.ndarray:
     return np.clip(a, 0.0, 1.0)
 
 
+def _steps(n) -> int:
+    """``n``, a number of steps, as an int >= 0 (ValueError otherwise: 2.9 was read as 2 by
+    one p-value and as 2.9 by the z and the means beside it)."""
+    if isinstance(n, (bool, np.bool_)) or not float(n).is_integer() or n < 0:
+        raise ValueError(f"the number of steps must be a whole number >= 0, got {n!r}")
+    return int(n)
+
+
+def _counts(accepted, a: np.ndarray, n: int) -> np.ndarray:
+    """``accepted`` as float64 counts, one per acceptance of ``a`` (same shape), each a whole
+    number in ``[0, n]`` (ValueError otherwise): a short list was stretched to fit, and -5,
+    15 out of 10 or 4.5 passed the aggregate test."""
+    k = np.asarray(accepted, dtype=np.float64)
+    if k.shape != a.shape:
+        raise ValueError(f"one count per position: {a.size} positions, counts of shape "
+                         f"{k.shape}")
+    if not np.all((k >= 0) & (k <= n) & (k == np.floor(k))):  # NaN fails too
+        raise ValueError(f"counts must be whole numbers in [0, {n}] (the steps run)")
+    return k
+
+
 def critical_z(n_tests: int, false_alarm: float | None = None) -> float:
     """Two-sided normal critical value for one of ``n_tests`` Bonferroni-split tests of the
     run-wide rate ``false_alarm`` (default :data:`FALSE_ALARM`, read at the call, as the
@@ -96,11 +117,12 @@ def binomial_agreement(predicted, accepted, n: int, n_tests: int = 2) -> dict:
     call makes two (aggregate and dispersion), so a call on its own is the default 2 (with 1,
     a correct count failed with probability up to 1.4e-3)."""
     a = acceptances(predicted)
-    k = np.asarray(accepted, dtype=np.float64)
-    if a.size == 0 or int(n) < 1 or k.shape != a.shape:  # means over nothing would be NaN
+    n_given, n = n, _steps(n)
+    if a.size == 0 or n < 1 or np.shape(accepted) != a.shape:  # means over nothing: NaN
         raise ValueError(f"binomial_agreement needs at least one position, n >= 1 steps and one "
-                         f"count per position, got {a.size} positions, n = {n}, counts of shape "
-                         f"{k.shape}")
+                         f"count per position, got {a.size} positions, n = {n_given}, counts of "
+                         f"shape {np.shape(accepted)}")
+    k = _counts(accepted, a, n)
     var = n * a * (1 - a)
     z = float((k.sum() - n * a.sum()) / np.sqrt(var.sum())) if var.sum() > 0 else 0.0
     sel = var >= MIN_EXPECTED_VARIANCE
@@ -224,8 +246,10 @@ def _dispersion(predicted, accepted, n, budget=DISPERSION_BUDGET, slack_sd=DISPE
     """:func:`dispersion_p_value`'s ``(p, method, slack)``, ``slack`` the most the bound's
     rounding may add to ``T``, in standard deviations of ``T`` (None for the chi-square tail)."""
     a = acceptances(predicted).reshape(-1)
-    k = np.asarray(accepted, dtype=np.float64).reshape(-1)
-    n = int(n)
+    n = _steps(n)
+    k = _counts(np.reshape(accepted, -1) if np.ndim(accepted) else accepted, a, n)
+    if np.any((a <= 0) | (a >= 1)):  # the statistic divides by n a (1 - a)
+        raise ValueError("dispersion_p_value needs every acceptance strictly inside (0, 1)")
     var = n * a * (1 - a)
     t = float(np.sum((k - n * a) ** 2 / var))
     dof = a.size
@@ -316,7 +340,10 @@ def binomial_sum_p_value(probs, n: int, observed: int) -> float:
     from scipy import fft
 
     a = acceptances(probs).reshape(-1)
-    n = int(n)
+    n = _steps(n)
+    if not float(observed).is_integer():  # 5.0 indexed the law: a raw IndexError
+        raise ValueError(f"observed must be a whole number, got {observed!r}")
+    observed = int(observed)
     top = n * a.size
     if not 0 <= observed <= top:
         return 0.0
@@ -347,6 +374,10 @@ def poisson_binomial_p_value(probs, observed: int) -> float:
     """Two-sided p-value of ``observed`` successes of independent Bernoulli(``probs``); 0 for
     a count no outcome has (below 0 or above ``len(probs)``), as
     :func:`binomial_sum_p_value` gives (-1 read the last entry of the law and gave 1)."""
+    probs = acceptances(probs).reshape(-1)  # a (1, 2) array counted 1 position
+    if not float(observed).is_integer():
+        raise ValueError(f"observed must be a whole number, got {observed!r}")
+    observed = int(observed)
     if not 0 <= observed <= len(probs):
         return 0.0
     pmf = np.zeros(len(probs) + 1)

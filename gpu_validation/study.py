@@ -70,6 +70,9 @@ def deterministic_checks(a_vanilla, a_tli, cap) -> dict:
     position's value, how many positions break it, the tolerance and ``pass``. Deterministic:
     no false-alarm rate is spent on them."""
     a_vanilla, a_tli, cap = (np.asarray(x, dtype=np.float64) for x in (a_vanilla, a_tli, cap))
+    if not a_vanilla.shape == a_tli.shape == cap.shape:  # [0.5] was stretched over 3 positions
+        raise ValueError(f"one value per position in each: shapes {a_vanilla.shape}, "
+                         f"{a_tli.shape}, {cap.shape}")
     diff, excess = np.abs(a_vanilla - a_tli), a_tli - cap
     out = {}
     for name, key, v in (("vanilla_equals_tli", "max_abs_difference", diff),

@@ -17,6 +17,7 @@ from rdk_theory.first_order import FirstOrderCovarianceKernel
 from rdk_theory._backend import softmax
 from rdk_theory._timing import median_times
 from rdk_theory.proposals import tli_proposal
+from rdk_theory.validation import InputError
 from rdk_theory.vocab import VocabMap
 
 CPU_SIZES = (2048, 4096, 8192, 16384, 32768, 65536, 151_936)
@@ -49,7 +50,9 @@ def sweep(*, device: str = "cpu", sizes=None, batches=(1, 64), calib_rows: int =
     tensors on the GPU (torch float64 is slow on most GPUs; the maths is the same).
     """
     rng = np.random.default_rng(seed)
-    sizes = sizes or (GPU_SIZES if device == "cuda" else CPU_SIZES)
+    if sizes is not None and len(sizes) == 0:  # () ran the whole default sweep
+        raise InputError("sizes names no vocabulary size: give None for the default sweep")
+    sizes = sizes if sizes is not None else (GPU_SIZES if device == "cuda" else CPU_SIZES)
     dense_max = dense_max if dense_max is not None else (
         GPU_DENSE_MAX if device == "cuda" else CPU_DENSE_MAX)
     rows = []

@@ -536,7 +536,7 @@ def test_the_hoeffding_bound_refines_its_grid_only_while_undecided(monkeypatch):
     assert (p, slack * np.sqrt(60)) == real(a, n * a * (1 - a), n, t, 32768, level / 64)
     assert p > 100 * level  # above the level on the finest grid allowed: a pass
     grids.clear()
-    k = np.round(n * a + 4 * sd * rng.choice([-1, 1], a.size))
+    k = np.round(n * a + 4 * sd)  # upwards: 4 sd below was a negative count, now refused
     p, method, slack = agreement._dispersion(a, k, n, budget=0, level=1e-5)
     assert grids == [2048] and method == "hoeffding-bound" and p <= 1e-5 and 0 < slack < 1
 
@@ -1037,3 +1037,27 @@ def test_token_counts_reads_id_tensors_and_checks_them_in_their_own_dtype():
         pruning.token_counts(ids, 1000)
     mixed = [torch.tensor([4, 4]), [5], np.array([4])]
     assert pruning.token_counts(mixed, 6).tolist() == [0, 0, 0, 0, 3, 1]
+
+
+def test_agreement_refuses_counts_that_no_run_of_n_steps_gives():
+    """Short count lists were stretched to fit (one count for three positions gave the p-value
+    of three equal counts), -5 and 15 out of 10 steps passed the aggregate test, a NaN count
+    was int()'s own error, n = 2.9 was read as 2 by one p-value and 2.9 beside it, a whole
+    float observed was an IndexError, and a (1, 2) array of alphas counted one position."""
+    bad = [(lambda: agreement.dispersion_p_value([0.5, 0.5, 0.5], [9], 10), "one count per"),
+           (lambda: agreement.dispersion_p_value([0.5], [], 10), "one count per position"),
+           (lambda: agreement.binomial_agreement([0.5, 0.5], [15, -5], 10), r"in \[0, 10\]"),
+           (lambda: agreement.binomial_agreement([0.5, 0.5], [4.5, 5.5], 10), "whole numbers"),
+           (lambda: agreement.binomial_agreement([0.5, 0.5], [np.nan, 5], 10), "whole numbers"),
+           (lambda: agreement.binomial_agreement([0.5] * 3, [1, 1, 2], 2.9), "whole number >= 0"),
+           (lambda: agreement.dispersion_p_value([0.0, 0.5], [0, 5], 10), "strictly inside"),
+           (lambda: agreement.binomial_sum_p_value([0.5], 10, 5.5), "observed must be a whole"),
+           (lambda: study.deterministic_checks([0.5], [0.5, 0.5, 0.9], [1, 1, 1]),
+            "one value per position")]
+    for call, message in bad:
+        with pytest.raises(ValueError, match=message):
+            call()
+    assert agreement.binomial_sum_p_value([0.5], 10, 5.0) == agreement.binomial_sum_p_value(
+        [0.5], 10, 5)
+    r = agreement.martingale_agreement([[0.5, 0.5]], [[1, 1]])
+    assert r["p_value_fixed_alphas"] == agreement.poisson_binomial_p_value([0.5, 0.5], 2) == 0.5

@@ -341,3 +341,12 @@ def test_non_finite_laws_name_the_model_and_its_dtype():
 
     with pytest.raises(models.ModelError, match="hot-model gave non-finite .* float16"):
         collect.next_token_probs(Overflowing(), [1, 2, 3])
+
+
+def test_an_empty_timing_sweep_is_refused_not_the_default_one():
+    """sizes=() ran the whole default sweep (``sizes or default``)."""
+    from gpu_validation import timing
+    from rdk_theory.validation import InputError
+
+    with pytest.raises(InputError, match="names no vocabulary size"):
+        timing.sweep(sizes=())
