@@ -382,7 +382,7 @@ def poisson_binomial_p_value(probs, observed: int) -> float:
         return 0.0
     pmf = np.zeros(len(probs) + 1)
     pmf[0] = 1.0
-    for i, a in enumerate(acceptances(probs)):
+    for i, a in enumerate(probs):
         pmf[1:i + 2] = pmf[1:i + 2] * (1 - a) + pmf[0:i + 1] * a
         pmf[0] *= 1 - a
     return _two_sided(pmf, observed)

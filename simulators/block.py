@@ -20,10 +20,10 @@ import numpy as np
 
 from rdk_theory.bounds import expected_tokens_per_call
 from rdk_theory.sampling import sample_steps
-from rdk_theory.validation import (PROB_ATOL, InputError, as_count, as_prob_array, as_real_array,
-                                   check_numpy_rng, real_number)
+from rdk_theory.validation import (PROB_ATOL, InputError, as_count, as_real_array, check_numpy_rng,
+                                   real_number)
 
-from .sequence import checked_float_laws
+from .sequence import checked_float_laws, checked_target_law
 
 
 def _check_alpha(alpha):
@@ -173,7 +173,8 @@ def tokens_sd_iid(alpha, gamma: int) -> float:
 def _check_sd(sd) -> None:
     """A known standard deviation must be a finite number >= 0 (None: unknown), and small
     enough to square (1e160 overflowed ``sd ** 2`` in the Bernstein bound)."""
-    if sd is not None and (real_number(sd) is None or not 0 <= real_number(sd) <= MAX_SD):
+    value = real_number(sd)
+    if sd is not None and (value is None or not 0 <= value <= MAX_SD):
         raise InputError(f"sd must be a finite number in [0, {MAX_SD:g}] (or None), got {sd!r}")
 
 
@@ -249,9 +250,9 @@ def mean_ci(samples, level: float = 0.999, *, sd: float | None = None,
     times the stated 0.1% (Student's t with the sample's sd: 54%).
     """
     x = _samples(samples)
-    if real_number(level) is None or not 0 < real_number(level) < 1:  # NaN, '0.9' fail too
-        raise InputError(f"level must be in (0, 1), e.g. 0.999, got {level!r}")
-    level = real_number(level)
+    given, level = level, real_number(level)
+    if level is None or not 0 < level < 1:  # NaN, '0.9' fail too
+        raise InputError(f"level must be in (0, 1), e.g. 0.999, got {given!r}")
     _check_sd(sd)
     m = float(x.mean())
     if spread is not None:
@@ -342,8 +343,7 @@ def simulate_blocks(target, proposal_fn, gamma: int, n: int, rng, prefix=()) -> 
         for blk, cnt in active.items():
             ctx = prefix + blk
             if t == gamma:
-                p = np.asarray(target.next_probs(ctx), dtype=np.float64)
-                as_prob_array(p, f"the target's law at context {ctx}")
+                p = checked_target_law(target, ctx)
                 ys = rng.choice(p.size, size=cnt, p=p)
                 for y, k in zip(*np.unique(ys, return_counts=True)):
                     done[blk + (int(y),)] = done.get(blk + (int(y),), 0) + int(k)

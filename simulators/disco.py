@@ -62,10 +62,11 @@ def regime_trace(rng, n: int, *, easy: float = 0.9, hard: float = 0.3, switch: f
     n = as_count(n, "n", 1)  # 2.5 was numpy's raw TypeError
     check_numpy_rng(rng, "regime_trace needs")
     given = {"easy": easy, "hard": hard, "switch": switch, "jitter": jitter}
-    for name, v in given.items():  # NaN gave a NaN trace, 'x' a raw numpy error
-        if real_number(v) is None or not 0 <= real_number(v) <= 1:
-            raise InputError(f"need {name} in [0, 1], got {v!r}")
-    easy, hard, switch, jitter = (real_number(v) for v in given.values())
+    values = {name: real_number(v) for name, v in given.items()}
+    for name, v in values.items():  # NaN gave a NaN trace, 'x' a raw numpy error
+        if v is None or not 0 <= v <= 1:
+            raise InputError(f"need {name} in [0, 1], got {given[name]!r}")
+    easy, hard, switch, jitter = values.values()
     flips = rng.random(n) < switch
     state = np.cumsum(flips) % 2
     level = np.where(state == 0, easy, hard)

@@ -65,7 +65,8 @@ def rationalise(vec, total=1) -> np.ndarray:
     if not np.all(np.isfinite(arr)) or np.any(arr < -NEG_ATOL):
         raise InputError("vec must hold finite entries >= 0 (a law or a sub-stochastic "
                          "proposal)")
-    if real_number(total) is None or not real_number(total) >= 0 or math.isinf(real_number(total)):
+    t = real_number(total)
+    if t is None or not 0 <= t < math.inf:  # NaN fails too
         raise InputError(f"total must be a finite number >= 0, got {total!r}")
     fr = [Fraction(float(v)).limit_denominator(RATIONAL_MAX_DENOMINATOR) if v > 0 else Fraction(0)
           for v in arr]
@@ -214,10 +215,17 @@ def checked_float_laws(target, proposal_fn: ProposalFn, ctx: tuple):
     target's row, as given) checked to be a law, ``r`` checked as :func:`block_law` checks it
     (:func:`_checked_proposal`). Without the checks a NaN proposal ran (every block of length
     1), and a 1-entry one was broadcast over the vocabulary."""
+    p = checked_target_law(target, ctx)
+    r = _checked_proposal(proposal_fn(ctx), p.shape[-1], ctx)
+    return p, np.asarray(r, dtype=np.float64)
+
+
+def checked_target_law(target, ctx: tuple) -> np.ndarray:
+    """The target's row at ``ctx`` as float64, checked to be a law (a model of one's own is
+    not checked when built, as a :class:`~simulators.toy_lm.MarkovLM`'s table is)."""
     p = np.asarray(target.next_probs(ctx))
     as_prob_array(p, f"the target's law at context {ctx}")
-    r = _checked_proposal(proposal_fn(ctx), p.shape[-1], ctx)
-    return np.asarray(p, dtype=np.float64), np.asarray(r, dtype=np.float64)
+    return np.asarray(p, dtype=np.float64)
 
 
 def _block_paths(target, proposal_fn: ProposalFn, gamma: int, prefix: tuple,
