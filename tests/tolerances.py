@@ -38,6 +38,9 @@ FINITE_DIFF_ATOL = 1e-6
 LP_ATOL = 1e-6
 #: Bisection tolerance on rho (K-SEQ) and lam (rank-one mixing) in the bound calculators.
 BISECTION_ATOL = 1e-10
+#: Upward slack of the Fourier-transform p-value (gpu_validation.agreement.binomial_sum_p_value):
+#: its round-off bound, given once per outcome summed so that it never falls below the exact one.
+FFT_P_VALUE_SLACK = 1e-10
 
 
 def assert_close(actual, expected, *, rtol: float = FLOAT64_RTOL, atol: float = FLOAT64_ATOL,
