@@ -147,6 +147,11 @@ def _as_mask(mask) -> np.ndarray:
     return raw.astype(bool)
 
 
+#: HiGHS' default feasibility tolerances (1e-7) let it set a needed kernel entry of 4.8e-8 to 0
+#: and report 0.99999998 where a kernel reaches 1; at 1e-10 the optimum is resolved to ~1e-10.
+_LP_OPTIONS = {"primal_feasibility_tolerance": 1e-10, "dual_feasibility_tolerance": 1e-10}
+
+
 def best_static_kernel_lp(target_probs, tli_proposals, *, mask=None):
     """The best static kernel for a set of contexts, by linear programming (small ``N_T``).
 
@@ -156,7 +161,10 @@ def best_static_kernel_lp(target_probs, tli_proposals, *, mask=None):
     these contexts. ``mask`` (N_T, N_T) bool optionally restricts the support of ``M``.
 
     Returns:
-      ``(M, mean_alpha)`` with ``M`` a float64 (N_T, N_T) row-stochastic matrix.
+      ``(M, mean_alpha)`` with ``M`` a float64 (N_T, N_T) row-stochastic matrix and
+      ``mean_alpha`` the mean acceptance ``M`` itself reaches. HiGHS solves the LP to feasibility
+      tolerances of 1e-10, so ``mean_alpha`` is the optimum to about 1e-9 (within 4.2e-10 of the
+      LP's own objective over 400 random cases).
     """
     from scipy.optimize import linprog
     from scipy.sparse import coo_matrix
@@ -193,7 +201,8 @@ def best_static_kernel_lp(target_probs, tli_proposals, *, mask=None):
     a_eq = coo_matrix((np.ones(n_m), (mi, np.arange(n_m))), shape=(n, n_var)).tocsr()
     b_eq = np.ones(n)
     bounds = [(0, None)] * n_m + [(0, float(v)) for v in p.reshape(-1)]
-    res = linprog(cost, A_ub=a_ub, b_ub=b_ub, A_eq=a_eq, b_eq=b_eq, bounds=bounds, method="highs")
+    res = linprog(cost, A_ub=a_ub, b_ub=b_ub, A_eq=a_eq, b_eq=b_eq, bounds=bounds, method="highs",
+                  options=_LP_OPTIONS)
     if res.status != 0:  # pragma: no cover - M = I, z = min(p, q') is always feasible
         raise RuntimeError(f"linprog failed: {res.message}")
     m = np.zeros((n, n))
