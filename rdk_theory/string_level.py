@@ -93,7 +93,8 @@ def _probabilities(values, name: str, *, sums: str | None = "1"):
     return arr
 
 
-def _drafter_call(next_token_probs, context: tuple, checked: dict | None = None) -> Mapping:
+def _drafter_call(next_token_probs, context: tuple, checked: dict | None = None,
+                  vocabulary: frozenset | None = None) -> Mapping:
     """``next_token_probs(context)``, refusing a drafter that is not a callable returning a
     mapping of non-empty token strings to probabilities summing to at most 1: a dict of token
     probabilities passed as the drafter was a raw TypeError ('dict' object is not callable),
@@ -101,7 +102,10 @@ def _drafter_call(next_token_probs, context: tuple, checked: dict | None = None)
     came back as psi values (-0.5, '0.5'). Each table is checked as :func:`unigram_drafter`
     checks its own, once per ``checked`` (a dict the caller keeps for one computation: the
     tables it holds keep their ids; a unigram drafter's one table is then checked once, not
-    on every step of the recursion, which made psi 15 times slower)."""
+    on every step of the recursion, which made psi 15 times slower). A table is taken as
+    checked only while it holds what it held when checked: a drafter that refills one dict
+    per call had its later tables, negative probabilities included, taken unchecked. With a
+    ``vocabulary``, a token the table gives positive probability must be in it."""
     if not callable(next_token_probs) or isinstance(next_token_probs, type):
         raise InputError(f"next_token_probs must be a callable context -> {{token: "
                          f"probability}}, got {_what(next_token_probs)} (a dict of "
@@ -110,16 +114,23 @@ def _drafter_call(next_token_probs, context: tuple, checked: dict | None = None)
     if not isinstance(out, Mapping):
         raise InputError(f"next_token_probs(context) must return a mapping token -> "
                          f"probability, got {type(out).__name__} for context {context!r}")
-    if checked is not None and checked.get(id(out)) is out:
+    seen = checked.get(id(out)) if checked is not None else None
+    if seen is not None and seen[0] is out and seen[1] == out:
         return out
     _token_strings(list(out), f"drafter tokens after context {context!r}")
     if out:
         _probabilities(list(out.values()), f"drafter probabilities after context {context!r}",
                        sums="at most 1")
+    if vocabulary is not None:
+        missing = next((t for t, prob in out.items() if prob != 0 and t not in vocabulary), None)
+        if missing is not None:
+            raise InputError(f"the drafter gives token {missing!r} probability "
+                             f"{out[missing]!r} after context {context!r}, but drafter_tokens "
+                             "does not list it: psi would leave out its segmentations")
     if checked is not None:
         if len(checked) >= 256:  # a drafter that builds a new table per call: bounded memory
             checked.clear()
-        checked[id(out)] = out
+        checked[id(out)] = (out, dict(out))
     return out
 
 
@@ -144,11 +155,12 @@ def prefix_probability(string: str, next_token_probs: NextTokenProbs, prefix: tu
     tokens overflowed Python's stack. Exact on ``Fraction`` probabilities (0 is the drafter's
     own zero: ``Fraction(0)`` for a Fraction drafter that never produces ``string``).
     ``string`` must be a non-empty str, as a target token in :func:`psi` (InputError
-    otherwise; every output starts with "").
+    otherwise; every output starts with ""), and ``prefix`` a sequence of token strings (a bare
+    string was read as its characters, a number was a raw TypeError).
     """
     check_target_string(string)
     total = None
-    stack = [(string, tuple(prefix), 1)]
+    stack = [(string, tuple(_token_strings(prefix, "prefix")), 1)]
     checked: dict = {}
     while stack:
         rest, context, weight = stack.pop()
@@ -186,18 +198,24 @@ def segmentations(string: str, drafter_tokens: Sequence[str]) -> list[tuple[str,
 
 def psi_by_segmentations(target_tokens: Sequence[str], next_token_probs: NextTokenProbs,
                          drafter_tokens: Sequence[str]):
-    """``psi(t)`` for each target token string by summing over its enumerated segmentations."""
+    """``psi(t)`` for each target token string by summing over its enumerated segmentations.
+
+    ``drafter_tokens`` must list every token the drafter gives positive probability (an
+    InputError names one it does not): the segmentations are enumerated over it, and a token
+    left out silently left out its share of ``psi`` (0.125 for 0.375)."""
     out = []
     targets = _token_strings(target_tokens, "target tokens")
+    vocabulary = frozenset(_token_strings(drafter_tokens, "drafter tokens", holes=True))
     checked: dict = {}
-    root = _drafter_call(next_token_probs, (), checked) if targets else {}
+    root = _drafter_call(next_token_probs, (), checked, vocabulary) if targets else {}
     zero = 0 * next(iter(root.values()), 0)  # the drafter's zero: Fraction(0) for Fractions
     for s in targets:
         total = zero
         for seq in segmentations(s, drafter_tokens):
             prob = 1
             for i, tok in enumerate(seq):
-                prob = prob * _drafter_call(next_token_probs, tuple(seq[:i]), checked).get(tok, 0)
+                table = _drafter_call(next_token_probs, tuple(seq[:i]), checked, vocabulary)
+                prob = prob * table.get(tok, 0)
             total = total + prob
         out.append(total)
     return _psi_array(out)

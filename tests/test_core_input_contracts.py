@@ -9,7 +9,7 @@ import rdk_theory as rt
 from rdk_theory import string_level as sl
 from rdk_theory.validation import as_count, as_prob_array
 from tests.stats import assert_matches_law
-from tests.tolerances import assert_close
+from tests.tolerances import FLOAT64_ATOL, assert_close
 
 
 def test_verify_draft_of_an_absent_token_is_a_rejection_and_keeps_the_law():
@@ -1073,3 +1073,47 @@ def test_a_drafter_table_is_checked_once_per_computation_not_per_step(monkeypatc
     calls.clear()
     sl.psi(["a" * 4], lambda ctx: {"a": 0.5, "b": 0.5})  # a new dict per call
     assert len(calls) == 4  # contexts (), (a,), (a, a), (a, a, a)
+
+
+def test_a_drafter_refilling_one_table_has_each_refill_checked():
+    """The once-per-computation check was keyed on the table's identity: a drafter that clears
+    and refills one dict per call had its later tables, with a probability of -0.5, taken as
+    checked, and psi came back as [0.75, -0.25] (a fuzzing pass)."""
+    table: dict = {}
+
+    def drafter(ctx):
+        table.clear()
+        table.update({"a": 0.5, "b": 0.5} if ctx == () else {"a": 1.5, "b": -0.5})
+        return table
+
+    for f in (lambda: sl.prefix_probability("aa", drafter), lambda: sl.psi(["aa", "ab"], drafter),
+              lambda: sl.psi_by_segmentations(["aa", "ab"], drafter, ["a", "b"])):
+        with pytest.raises(rt.InputError, match="negative probability -0.5"):
+            f()
+
+
+def test_psi_by_segmentations_needs_every_token_the_drafter_can_emit():
+    """Segmentations are enumerated over ``drafter_tokens``: one left out silently left out its
+    share, 0.125 for the 0.375 that psi and an enumeration give."""
+    draft = sl.unigram_drafter({"a": 0.5, "ab": 0.25, "b": 0.25})
+    assert sl.psi(["ab"], draft)[0] == pytest.approx(0.375, abs=FLOAT64_ATOL)
+    assert sl.psi_by_segmentations(["ab"], draft, ["a", "ab", "b"])[0] == pytest.approx(
+        0.375, abs=FLOAT64_ATOL)
+    with pytest.raises(rt.InputError, match="token 'ab' probability 0.25 after context \\(\\), "
+                                            "but drafter_tokens does not list it"):
+        sl.psi_by_segmentations(["ab"], draft, ["a", "b"])
+    zero = sl.unigram_drafter({"a": 0.5, "b": 0.5, "c": 0.0})  # a zero may be left out
+    assert sl.psi_by_segmentations(["ab"], zero, ["a", "b"])[0] == pytest.approx(0.25, abs=FLOAT64_ATOL)
+
+
+@pytest.mark.parametrize("prefix, message", [
+    (5, "prefix must be a list of token strings, got int"),
+    ("xy", "prefix must be a list of token strings, got the string 'xy'"),
+    (("x", ""), "prefix must be non-empty strings, got ''"),
+])
+def test_prefix_probability_checks_its_prefix(prefix, message):
+    """A number was a raw TypeError; a bare string was read as a context of its characters."""
+    draft = sl.unigram_drafter({"a": 0.5, "b": 0.5})
+    with pytest.raises(rt.InputError, match=message):
+        sl.prefix_probability("a", draft, prefix=prefix)
+    assert sl.prefix_probability("ab", draft, prefix=("x", "y")) == pytest.approx(0.25, abs=FLOAT64_ATOL)
