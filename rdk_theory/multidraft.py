@@ -32,7 +32,7 @@ from fractions import Fraction
 
 import numpy as np
 
-from .validation import InputError, as_count, host_prob_array
+from .validation import InputError, _is_torch, as_count, common_tier, host_prob_array
 
 
 def _pq(target_probs, draft_probs):
@@ -40,7 +40,8 @@ def _pq(target_probs, draft_probs):
     q = host_prob_array(draft_probs, "draft_probs", allow_sub_stochastic=True)
     if p.ndim != 1 or p.shape != q.shape:
         raise InputError(f"target_probs and draft_probs must be 1-D of one length, got {p.shape}, {q.shape}")
-    return p, q
+    return common_tier(p, q)  # an exact p with a float q: float64 both, as bounds does (object
+    # arrays of floats came back, or one Fraction where every min picked the exact side)
 
 
 def _drafts(k) -> int:
@@ -52,9 +53,11 @@ def check_rho(rho, lo: int = 1):
     """``rho`` as given when it is exact (an int or a Fraction), else as a float; a real number
     ``>= lo`` (``> 0`` for ``lo = 0``; ``inf`` allowed: no draft is ever accepted), or
     InputError (None, a bool, a string, a complex number or an array included; a 0-d array is
-    its number)."""
+    its number, as is a 0-d tensor's)."""
     if isinstance(rho, np.ndarray) and rho.ndim == 0:
         rho = rho.item()
+    elif _is_torch(rho) and rho.ndim == 0 and not rho.is_complex():
+        rho = rho.item()  # a 0-d tensor was refused where a tensor k, or a 0-d array, passed
     if isinstance(rho, numbers.Real) and not isinstance(rho, (bool, np.bool_)):
         value = rho if isinstance(rho, numbers.Rational) else float(rho)
         if (value >= lo) if lo else (value > 0):

@@ -259,6 +259,19 @@ def test_an_int_rho_keeps_integer_laws_exact():
     assert all(isinstance(v, Fraction) for v in law)
 
 
+def test_kseq_mixes_an_exact_law_with_a_float_one_in_float64():
+    """An exact p with a float q gave object arrays of Python floats, and with q = (0.3, 0.7)
+    an exact Fraction(7, 8) where every min picked the exact side; bounds and string_level
+    give float64 for such a mix, and so does multidraft now."""
+    p = np.array([Fraction(1, 2), Fraction(1, 2)], dtype=object)
+    q = np.array([0.3, 0.7])
+    for law in (kseq_accept_law(p, q, 2, 3), kseq_output_law(p, q, 2, 3)):
+        assert law.dtype == np.float64
+    acc = kseq_acceptance(p, q, 2, 3)
+    assert not isinstance(acc, Fraction)
+    assert acc == pytest.approx(kseq_acceptance(np.array([0.5, 0.5]), q, 2, 3), abs=FLOAT64_ATOL)
+
+
 def test_kseq_validity_is_judged_relative_to_a_tiny_beta():
     """With beta ~ 1e-13 the whole condition sat below the absolute slack 1e-12, so rho = 1 was
     'valid' and the output law put 3x p on the small tokens; the exact check says rho = 1 is
@@ -286,6 +299,17 @@ def test_kseq_refuses_a_rho_that_is_not_a_real_number_at_least_one(bad):
     if not (isinstance(bad, float) and bad == 0.5):
         with pytest.raises(InputError, match="rho must be a real number > 0"):
             beta(p, q, bad)
+
+
+def test_kseq_reads_a_0d_tensor_rho_as_its_number():
+    """A 0-d tensor rho was refused, where a tensor k and a 0-d array passed."""
+    torch = pytest.importorskip("torch")
+    p, q = np.array([0.5, 0.5]), np.array([0.9, 0.1])
+    assert kseq_acceptance(p, q, torch.tensor(2.0), 2) == kseq_acceptance(p, q, 2.0, 2)
+    assert beta(p, q, torch.tensor(3)) == beta(p, q, 3)
+    for bad in (torch.tensor([2.0]), torch.tensor(True), torch.tensor(2 + 1j)):
+        with pytest.raises(InputError, match="rho must be a real number"):
+            kseq_acceptance(p, q, bad, 2)
 
 
 def test_optimal_acceptance_lp_takes_a_sub_stochastic_draft_law_like_the_cut():
