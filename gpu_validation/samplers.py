@@ -26,6 +26,8 @@ from rdk_theory.acceptance import acceptance_rate, finite_tau_score
 from rdk_theory.first_order import FirstOrderCovarianceKernel
 from rdk_theory.kernels import MarginalKernel, SparseKernel
 from rdk_theory.proposals import tli_proposal, vanilla_proposal
+from rdk_theory.validation import InputError, as_count, as_real_array, check_tau
+from rdk_theory.vocab import VocabMap
 
 SAMPLERS = ("vanilla", "tli", "rdk_exact", "rdk_first_order", "marginal")
 #: tau candidates, as multiples of max_i Omega_ii. It reaches down to 1e-6 because first-order
@@ -41,9 +43,18 @@ class KeptRowsTopK:
     def __init__(self, factor, rows, k: int, block: int = 1024):
         import torch
 
-        c = torch.as_tensor(np.asarray(factor, dtype=np.float32))  # (r, N); Omega = c.T @ c
+        factor = as_real_array(factor, "factor")
+        if factor.ndim != 2 or 0 in factor.shape or not np.isfinite(factor).all():
+            raise InputError(f"factor must be a finite (r, N) array, got shape {factor.shape}")
+        c = torch.as_tensor(factor.astype(np.float32))  # (r, N); Omega = c.T @ c
         n = c.shape[1]
-        rows = np.asarray(rows, dtype=np.int64)
+        try:  # the kept ids, checked as a pruned drafter's (a writable copy: torch reads it)
+            rows = np.array(VocabMap.from_kept_ids(rows, n).draft_to_target)
+        except InputError as exc:
+            raise InputError(f"rows: {exc}") from None
+        k = as_count(k, "k", 1)
+        if k > n:  # torch.topk's own error named neither k nor N
+            raise InputError(f"k = {k} exceeds the vocabulary size N = {n}")
         self.n, self.rows, self.k = n, rows, k
         self.cols = np.empty((rows.size, k), dtype=np.int64)
         self.vals = np.empty((rows.size, k), dtype=np.float64)
@@ -60,6 +71,7 @@ class KeptRowsTopK:
 
     def kernel(self, tau: float) -> SparseKernel:
         """The row-stochastic sparse kernel at temperature ``tau`` (identity off the kept rows)."""
+        tau = check_tau(tau)
         v = self.vals / tau
         w = np.exp(v - v.max(axis=1, keepdims=True))
         w /= w.sum(axis=1, keepdims=True)

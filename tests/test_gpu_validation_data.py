@@ -10,6 +10,7 @@ from gpu_validation import agreement, collect, pruning, samplers, study, topk
 from rdk_theory.acceptance import acceptance_rate, oov_cap
 from rdk_theory.kernels import calibration_covariance
 from rdk_theory.proposals import tli_proposal as rt_tli
+from rdk_theory.validation import InputError
 from rdk_theory.vocab import pruned_draft_probs
 from tests import stats
 from tests.tolerances import (FFT_P_VALUE_SLACK, FLOAT32_ATOL, FLOAT64_ATOL, FLOAT64_RTOL,
@@ -118,6 +119,23 @@ def test_sparse_kept_rows_kernel_is_exact_for_its_definition():
         assert set(np.flatnonzero(m[i])) == top and m[i, i] > 0
         w = np.exp(omega[i, sorted(top)] / tau)
         assert_close(m[i, sorted(top)], w / w.sum(), rtol=0, atol=FLOAT32_ATOL)  # float32 build
+
+
+@pytest.mark.parametrize("factor, rows, k, message", [
+    (np.ones((2, 6)), [1, 2], 7, "k = 7 exceeds the vocabulary size N = 6"),
+    (np.ones((2, 6)), [1, 1], 2, "rows: kept_ids lists target id 1 more than once"),
+    (np.ones((2, 6)), [1, 6], 2, "rows: kept_ids holds id 6"),
+    (np.ones(6), [1], 2, "factor must be a finite \\(r, N\\) array, got shape \\(6,\\)"),
+    (np.full((2, 6), np.nan), [1], 2, "factor must be a finite"),
+    (np.ones((2, 6)), [1], 0, "k must be an integer >= 1"),
+])
+def test_sparse_kept_rows_kernel_names_bad_inputs(factor, rows, k, message):
+    """k > N was torch.topk's error, duplicate rows were kept twice, NaN factors ran."""
+    pytest.importorskip("torch")
+    with pytest.raises(InputError, match=message):
+        samplers.KeptRowsTopK(factor, rows, k)
+    with pytest.raises(InputError, match="tau must be a finite real number > 0"):
+        samplers.KeptRowsTopK(np.ones((2, 6)), [1], 2).kernel(0.0)
 
 
 def test_binomial_agreement_accepts_correct_predictions_and_refutes_wrong_ones():
