@@ -116,10 +116,21 @@ class MarkovLM:
         return _contexts(self.order, n_symbols)
 
 
-def _contexts(order: int, n_symbols: int) -> list:
-    """:meth:`MarkovLM.contexts` of an order-``order`` chain."""
+#: Entries (contexts x output tokens) a random toy table may hold: Fractions, built in Python.
+MAX_TABLE_ENTRIES = 2_000_000
+
+
+def _contexts(order: int, n_symbols: int, n_out: int = 1) -> list:
+    """:meth:`MarkovLM.contexts` of an order-``order`` chain; InputError when their table of
+    ``n_out`` entries each would pass :data:`MAX_TABLE_ENTRIES` (an order-12 chain over 5
+    symbols ran out of memory building 305 million contexts)."""
     if order == 0:
         return [()]
+    count = sum(n_symbols ** k for k in range(order + 1))  # upper bound: BOS-padded tails
+    if count * n_out > MAX_TABLE_ENTRIES:
+        raise InputError(f"an order-{order} chain over {n_symbols} symbols has about {count:,} "
+                         f"contexts of {n_out} tokens each, more than the "
+                         f"{MAX_TABLE_ENTRIES:,} entries a toy table may hold")
     keys = []
     for k in range(order + 1):
         for tail in itertools.product(range(n_symbols), repeat=k):
@@ -142,7 +153,7 @@ def random_markov_lm(rng, n_symbols: int, n_out: int | None = None, order: int =
     n_out = n_symbols if n_out is None else as_count(n_out, "n_out", 1)
     max_weight = as_count(max_weight, "max_weight", 1)
     table = {}
-    keys = _contexts(as_count(order, "order"), n_symbols)
+    keys = _contexts(as_count(order, "order"), n_symbols, n_out)
     for key in keys:
         w = rng.integers(1, max_weight + 1, size=n_out)
         w[rng.random(n_out) < zero_prob] = 0

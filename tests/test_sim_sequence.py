@@ -210,6 +210,18 @@ def test_context_longer_than_order_uses_last_tokens():
                                       (0, 1, 1): Fraction(1, 2)}
 
 
+def test_random_toy_tables_refuse_more_entries_than_they_may_hold():
+    """toy_pair(order=12) ran out of memory building 305 million contexts; the table's size
+    is now checked before any is built, and the largest order that fits still builds."""
+    with pytest.raises(InputError, match="an order-12 chain over 5 symbols has about "
+                                         "305,175,781 contexts of 5 tokens each"):
+        toy_pair("pruned", order=12)
+    with pytest.raises(InputError, match="more than the 2,000,000 entries"):
+        random_markov_lm(np.random.default_rng(0), 2, n_out=10**6, order=1)
+    lm = random_markov_lm(np.random.default_rng(0), 3, order=3)
+    assert len(lm.table) == 1 + 3 + 9 + 27  # BOS-padded starts, then every 3-token context
+
+
 @pytest.mark.mc
 def test_monte_carlo_blocks_match_exact_law():
     """n = 20000 iterations of the real sampler (pruned pair, first-order RDK, gamma = 3):
