@@ -100,7 +100,11 @@ def speedup_grows(alpha: float, gamma: int, c: float) -> bool:
     if a == 1:
         return c < 1
     log_a = math.log(a)
-    lhs = (g + 1) * log_a + math.log1p(-a) + math.log1p(g * c)
+    # log(gamma c + 1); gamma c itself overflows past 1.8e308 (c = 1e306, gamma 512), and an
+    # infinite left side made "grows" true up to the cap: 512 drafts called best, speedup 0
+    gc = g * c
+    log_gc1 = math.log1p(gc) if gc <= 1e300 else math.log(g) + math.log(c)
+    lhs = (g + 1) * log_a + math.log1p(-a) + log_gc1
     rhs = math.log(c) + math.log(-math.expm1((g + 1) * log_a))  # 1 - A, also for A near 1
     return lhs > rhs
 

@@ -209,6 +209,17 @@ def test_optimal_gamma_is_the_exact_argmax_even_with_a_tiny_cost():
         assert optimal_gamma(a, c, gamma_max)[0] == exact(a, c, gamma_max), (a, c, gamma_max)
 
 
+def test_optimal_gamma_with_a_cost_whose_product_with_gamma_overflows():
+    """gamma c overflowed past 1.8e308 (c = 1e306, gamma 512; c = 1.7e308, gamma 16), the
+    growth test read an infinite left side as "grows", and 512 drafts at speedup 0 were
+    called best (a fuzzing pass). No draft pays at such a cost; the answer is gamma 0."""
+    from simulators.block import speedup_grows
+
+    assert optimal_gamma(0.6, 1e306, 512) == (0, 1.0)
+    assert optimal_gamma(0.6, 1.7e308, 16) == (0, 1.0)
+    assert not speedup_grows(0.6, 511, 1e306) and not speedup_grows(1 - 1e-12, 10, 1e300)
+
+
 @pytest.mark.parametrize("call", [
     lambda: mean_ci([1.0, 2.0, 3.0], 95),
     lambda: mean_ci([1.0, 2.0, 3.0], -0.5),
