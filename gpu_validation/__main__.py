@@ -4,7 +4,7 @@ from __future__ import annotations
 import argparse
 import sys
 
-from rdk_theory.cli import EXIT_BAD_INPUT, _Parser, run_command
+from rdk_theory.cli import EXIT_BAD_INPUT, _Parser, run_command, usable_streams
 
 from .cli import VALIDATE_EPILOG, add_run_arguments, cmd_validate, register_models
 
@@ -12,6 +12,7 @@ PROG = "python -m gpu_validation"
 
 
 def main(argv=None) -> int:
+    usable_streams()  # a closed stderr: the COMMAND error below went to stdout
     # usage errors in rdk-theory's one-line form: "error: ...", exit status 2
     parser = _Parser(prog=PROG, description="Real-model validation of rdk_theory.")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND", parser_class=_Parser)

@@ -93,7 +93,18 @@ def _stdout_closed() -> bool:
         return False
 
 
+def usable_streams() -> None:
+    """A closed stdout or stderr (``>&-``, ``2>&-``, pythonw) is replaced by the null device.
+    Python sets a closed one to None, and ``print(..., file=None)`` writes to stdout: with
+    stderr closed, warnings and ``error:`` lines went into ``--json``'s stdout."""
+    if sys.stdout is None:  # --json writes nowhere, as print() does in text mode
+        sys.stdout = open(os.devnull, "w", errors="backslashreplace")
+    if sys.stderr is None:
+        sys.stderr = open(os.devnull, "w", errors="backslashreplace")
+
+
 def main(argv: list[str] | None = None) -> int:
+    usable_streams()  # before the parser: a plugin's warning is printed while it is built
     parser = build_parser()
     args = parser.parse_args(argv)
     if not getattr(args, "func", None):
@@ -114,9 +125,8 @@ def run_command(func, args) -> int:
     folder that cannot be written) or a MemoryError becomes one ``error: ...`` line on stderr
     and exit status 2 (so does numpy's refusal of an array too large to index), an interrupt
     exit status 130, a reader leaving the pipe early 0."""
-    if sys.stdout is None:  # a closed stdout (``>&-``, pythonw): --json writes nowhere, as
-        sys.stdout = open(os.devnull, "w", errors="backslashreplace")  # print() does in text mode
-    elif hasattr(sys.stdout, "reconfigure"):  # a file name that is not UTF-8 (surrogates) is
+    usable_streams()
+    if hasattr(sys.stdout, "reconfigure"):  # a file name that is not UTF-8 (surrogates) is
         sys.stdout.reconfigure(errors="backslashreplace")  # printed escaped, as on stderr
     try:
         return int(func(args) or 0)

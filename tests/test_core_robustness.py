@@ -529,6 +529,32 @@ def test_a_closed_stdout_or_a_non_utf8_file_name_is_not_a_traceback(tmp_path):
     assert b"bad\\udcff.npz" in res.stdout
 
 
+def test_a_closed_stderr_keeps_warnings_and_errors_out_of_stdout(tmp_path):
+    """With stderr closed (``2>&-``) Python sets sys.stderr to None and print(file=None)
+    writes to stdout: the warning about ignored arrays went into --json's stdout before the
+    JSON, and an error line onto stdout (a fuzzing pass). Both now go nowhere."""
+    import json
+    import subprocess
+    import sys
+
+    _case(tmp_path / "c.npz")
+    with np.load(tmp_path / "c.npz") as z:
+        np.savez(tmp_path / "extra.npz", **z, foo=np.ones(2))
+        np.savez(tmp_path / "nan.npz", **{**z, "target_probs": z["target_probs"] * np.nan})
+
+    def run(*argv):
+        return subprocess.run([sys.executable, "-m", *argv], timeout=120,
+                              stdout=subprocess.PIPE, preexec_fn=lambda: os.close(2))
+
+    res = run("rdk_theory", "acceptance", str(tmp_path / "extra.npz"), "--json")
+    assert res.returncode == 0
+    assert set(json.loads(res.stdout)) == {"vanilla", "tli", "rdk_exact"}
+    for argv in (("rdk_theory", "acceptance", str(tmp_path / "nan.npz"), "--json"),
+                 ("rdk_theory",), ("gpu_validation",)):
+        res = run(*argv)
+        assert res.returncode == 2 and res.stdout == b"", (argv, res.stdout)
+
+
 def test_negative_step_count_is_an_input_error():
     p = np.array([0.5, 0.5])
     with pytest.raises(rt.InputError, match="n must be an integer >= 0"):
