@@ -43,9 +43,12 @@ _NEGATIVE_NUMBER = re.compile(r"^-(\d+\.?\d*|\.\d+)(e[-+]?\d+)?$|^-(inf|infinity
 
 class _Parser(argparse.ArgumentParser):
     """Usage errors in the same one-line form as bad input: ``error: ...``, exit status 2;
-    negative numbers in any float notation are values, not options."""
+    negative numbers in any float notation are values, not options. Options are spelled out:
+    an abbreviation (``--ker`` for ``--kernel``) would stop working, or change its meaning,
+    the day an option sharing its prefix is added, and other tools depend on this CLI."""
 
     def __init__(self, *args, **kwargs):
+        kwargs.setdefault("allow_abbrev", False)
         super().__init__(*args, **kwargs)
         self._negative_number_matcher = _NEGATIVE_NUMBER
 

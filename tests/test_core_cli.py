@@ -627,6 +627,19 @@ def test_a_usage_error_is_one_line_naming_the_help_of_its_command(tmp_path, caps
     assert err.endswith(" (see 'rdk-theory acceptance --help')\n")
 
 
+@pytest.mark.parametrize("argv", [
+    ["acceptance", "CASE", "--ker", "dense"],
+    ["sample", "CASE", "--sampler", "tli", "--context", "0", "--n", "5", "--seed", "0", "--js", "x"],
+    ["simulate", "speedup", "--alp", "0.6"],
+])
+def test_an_abbreviated_option_is_a_usage_error(tmp_path, capsys, argv):
+    """argparse took --ker for --kernel: other tools depending on this CLI would break, or
+    silently change meaning, the day an option sharing the prefix is added (a fuzzing pass)."""
+    argv = [str(tmp_path / "c.npz") if a == "CASE" else a for a in argv]
+    code, out, err = _usage_error(capsys, argv)
+    assert code == 2 and out == "" and "unrecognized arguments: " + argv[-2] in err
+
+
 @pytest.mark.parametrize("extra, shown", [("extra\narg", "extra\\narg"),
                                           ("extra\rarg", "extra\\rarg")])
 def test_a_usage_error_quoting_a_line_break_stays_one_line(tmp_path, capsys, extra, shown):
