@@ -79,7 +79,7 @@ def synthetic_report(*, n: int, contexts: int, calibration: int, keep, seed: int
     freq = cal.mean(axis=0)
     rows = []
     for frac in progress(keep, desc="kept fractions", enabled=show_progress):
-        k = max(1, int(round(frac * n)))
+        k = kept_size(frac, n)
         vm = VocabMap.from_kept_ids(keep_most_frequent(freq, k), n)
         q = pruned_draft_probs(lm.draft_probs, vm)
         p = lm.target_probs
@@ -205,6 +205,25 @@ def _parse_keep(text: str):
     return list(dict.fromkeys(vals))  # a repeat once: its row said nothing new
 
 
+def kept_size(frac: float, n: int) -> int:
+    """How many of the synthetic drafter's ``n`` ids a kept fraction keeps (at least one)."""
+    return max(1, int(round(frac * n)))
+
+
+def _distinct_kept(keep: list, n: int) -> list:
+    """``keep`` without the fractions that keep as many ids as an earlier one, with a warning
+    naming them: at ``--vocab 24``, 0.04 and 0.05 both keep 1 id and gave two equal rows."""
+    first: dict = {}
+    for frac in keep:
+        first.setdefault(kept_size(frac, n), frac)
+    dropped = [f for f in keep if first[kept_size(f, n)] != f]
+    if dropped:
+        print("warning: --keep: " + "; ".join(
+            f"{f:g} keeps {kept_size(f, n)} of {n} ids, as {first[kept_size(f, n)]:g} does"
+            for f in dropped) + ": one row for each size", file=sys.stderr)
+    return list(first.values())
+
+
 def _synthetic_vocab(args) -> int:
     """The synthetic LM's vocabulary size N for ``args`` (``--vocab``, capped at 1024 by
     ``--quick``), or InputError when it is below one topic or too large for the dense kernel."""
@@ -262,6 +281,10 @@ def _run_report(args, keep, n) -> int:
         n = _synthetic_vocab(args) if n is None else n  # a bad --vocab: its error line alone
         if fallback:
             print(fallback, file=sys.stderr)
+        if args.vocab is not None and args.vocab > n:  # documented under --quick, said here
+            print(f"warning: --quick caps the synthetic vocabulary at {n}: --vocab "
+                  f"{args.vocab} is not used", file=sys.stderr)
+        keep = _distinct_kept(keep, n)
         report = synthetic_report(n=n, contexts=32 if args.quick else 64,
                                   calibration=128 if args.quick else 256, keep=keep,
                                   seed=args.seed)
@@ -305,7 +328,8 @@ def register(sub) -> None:
                    help="data: real model pair (needs 'rdk-theory models fetch'), synthetic, or "
                         "auto (real when fetched). Default: auto")
     p.add_argument("--keep", default=",".join(str(k) for k in DEFAULT_KEEP),
-                   help="comma-separated fractions of the drafter vocabulary to keep "
+                   help="comma-separated fractions of the drafter vocabulary to keep; one "
+                        "that keeps as many ids as an earlier one is left out, with a warning "
                         "(default: %(default)s)")
     p.add_argument("--vocab", type=int, default=None, help="synthetic vocabulary size N, at "
                    f"least {MIN_VOCAB} (default {DEFAULT_VOCAB}; the exact covariance kernel is "

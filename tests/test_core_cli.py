@@ -416,6 +416,23 @@ def test_report_keeps_a_repeated_fraction_once(tmp_path, capsys):
     assert [r["keep_fraction"] for r in rows] == [0.5, 0.25]
 
 
+def test_report_keeps_one_row_per_kept_size_and_says_what_quick_caps(tmp_path, capsys):
+    """At --vocab 24, 0.04 and 0.05 both keep 1 id and gave two equal rows; --quick with
+    --vocab 5000 ran at N = 1024 without a word (a fuzzing pass). Each is now one warning."""
+    code, out, err = _run(capsys, "report", "--source", "synthetic", "--quick", "--vocab", "24",
+                          "--keep", "0.04,0.5,0.05", "--out", str(tmp_path))
+    assert code == 0, err
+    rows = json.loads((tmp_path / "report.json").read_text())["rows"]
+    assert [(r["keep_fraction"], r["kept"]) for r in rows] == [(0.04, 1), (0.5, 12)]
+    assert err == ("warning: --keep: 0.05 keeps 1 of 24 ids, as 0.04 does: one row for each "
+                   "size\n")
+    code, out, err = _run(capsys, "report", "--source", "synthetic", "--quick", "--vocab",
+                          "1500", "--keep", "1", "--out", str(tmp_path / "q"))
+    assert code == 0, err
+    assert err == "warning: --quick caps the synthetic vocabulary at 1024: --vocab 1500 is not used\n"
+    assert json.loads((tmp_path / "q" / "report.json").read_text())["rows"][0]["kept"] == 1024
+
+
 def test_report_removes_the_folders_it_made_when_the_run_fails(tmp_path, capsys, monkeypatch):
     import rdk_theory.report as report
 
