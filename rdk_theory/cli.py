@@ -52,6 +52,15 @@ class _Parser(argparse.ArgumentParser):
         super().__init__(*args, **kwargs)
         self._negative_number_matcher = _NEGATIVE_NUMBER
 
+    def parse_known_args(self, args=None, namespace=None):
+        """As argparse's, except that arguments this parser does not know are its own usage
+        error: a sub-command's extra argument was reported by the top-level parser, which
+        named 'rdk-theory' and its --help instead of the sub-command's."""
+        namespace, extras = super().parse_known_args(args, namespace)
+        if extras:
+            self.error(f"unrecognized arguments: {' '.join(extras)}")
+        return namespace, extras
+
     def error(self, message):
         self.exit(EXIT_BAD_INPUT, _one_line(f"error: {self.prog}: {message} (see '{self.prog} "
                                             "--help')") + "\n")

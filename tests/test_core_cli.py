@@ -661,11 +661,13 @@ def test_an_abbreviated_option_is_a_usage_error(tmp_path, capsys, argv):
                                           ("extra\rarg", "extra\\rarg")])
 def test_a_usage_error_quoting_a_line_break_stays_one_line(tmp_path, capsys, extra, shown):
     """argparse quotes unrecognized arguments as given: a line break in one is written as
-    '\\n' (or '\\r'), so that stderr is still the one line of the contract."""
+    '\\n' (or '\\r'), so that stderr is still the one line of the contract. The sub-command
+    that did not know the argument is named, with its --help (the top-level parser named
+    'rdk-theory' and its own --help)."""
     code, out, err = _usage_error(capsys, ["acceptance", str(tmp_path / "c.npz"), extra])
     assert (code, out) == (2, "")
-    assert err == (f"error: rdk-theory: unrecognized arguments: {shown} (see 'rdk-theory "
-                   "--help')\n")
+    assert err == (f"error: rdk-theory acceptance: unrecognized arguments: {shown} (see "
+                   "'rdk-theory acceptance --help')\n")
 
 
 def test_a_carriage_return_in_a_file_name_is_written_escaped(tmp_path, capsys):
