@@ -131,28 +131,38 @@ def test_float32_error_bound_covers_the_rounding_of_q_prime():
     assert_leq(np.abs(got - q), _blocked.float32_error_bound(q, left[:-1], right), slack=0.0)
 
 
-@pytest.mark.parametrize("engine, threads", [("blas", None), ("fused", None), ("fused", 2)])
+@pytest.mark.parametrize("engine, threads", [("blas", None), ("fused", None), ("fused", 2),
+                                            ("numpy", None), ("torch", None)])
 @pytest.mark.parametrize("drift", [1e-12, 2.0 ** -50])
 def test_a_negative_entry_smaller_than_round_off_is_still_clipped(engine, threads, drift):
     """Mutation pass: a proposal is a law, so any negative entry is clipped, however small.
     One factor row ``[1, -(1 + d), d]`` at tau = 1 puts about -0.27 d on token 1 for
-    ``q' = e_0`` (-2.7e-13 and -2.2e-16, below the suite's float64 tolerance); every compiled
-    engine (the fused one also split between threads) must return exactly 0 there and
-    renormalise, as the numpy engine does (thresholds ``low < -1e-12`` in the fused engine
-    and ``low < -1e-15`` in the blas engine passed the tests' tolerance)."""
+    ``q' = e_0`` (-2.7e-13 and -2.2e-16, below the suite's float64 tolerance); every engine
+    (the fused one also split between threads, and the numpy engine on torch tensors) must
+    return exactly 0 there and renormalise (thresholds ``low < -1e-12`` in the fused engine
+    and ``low < -1e-15`` in the blas engine passed the tests' tolerance; a second pass found
+    the same of the numpy engine, the reference the others are checked against, and of its
+    torch path)."""
     if engine == "fused" and not _fused.available():
         pytest.skip("needs numba")
     factor = np.array([[1.0, -(1 + drift), drift]])
     ref = rt.FirstOrderCovarianceKernel.from_factor(factor, 1.0, engine="numpy")
-    kernel = rt.FirstOrderCovarianceKernel.from_factor(factor, 1.0, engine=engine)
+    kernel = rt.FirstOrderCovarianceKernel.from_factor(
+        factor, 1.0, engine="numpy" if engine == "torch" else engine)
     q = np.array([[1.0, 0.0, 0.0], [0.5, 0.5, 0.0]])
     p = np.array([0.2, 0.3, 0.5])
     assert -FLOAT64_ATOL < ref.transport_unclipped(q)[0, 1] < 0
     if threads:  # the 3-token vocabulary split in 3 segments between the threads
         got, alpha = _fused.first_order(q, p, kernel._fused_arrays, chunk=1, segments=3,
                                         threads=threads)
+    elif engine == "torch":
+        torch = pytest.importorskip("torch")
+        got, alpha = (t.numpy() for t in kernel.transport_with_acceptance(
+            torch.tensor(q), torch.tensor(p)))
+        assert kernel.transport(torch.tensor(q))[0, 1].item() == 0.0
     else:
         got, alpha = kernel.transport_with_acceptance(q, p)
+        assert kernel.transport(q)[0, 1] == 0.0
     assert got[0, 1] == 0.0 and got.min() >= 0
     assert_close(got, ref.transport(q))
     assert_close(got.sum(axis=-1), 1.0)
