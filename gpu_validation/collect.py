@@ -18,6 +18,8 @@ from pathlib import Path
 
 import numpy as np
 
+from rdk_theory.validation import as_count
+
 TEXT_FILES = {
     "eval_prose": "eval_prose.txt",
     "eval_code": "eval_code.py.txt",
@@ -129,6 +131,8 @@ def calibration_stats(calibration_probs, rank: int | None = None):
     # as the first-order kernel requires
     from rdk_theory.kernels import centred_rows
 
+    if rank is not None:  # -1 kept S - 1 directions (a slice), 0 an empty factor
+        rank = as_count(rank, "rank", 1)
     cal = laws64(calibration_probs)
     s = cal.shape[0]
     mu = cal.mean(axis=0)

@@ -35,7 +35,7 @@ import numpy as np
 from rdk_theory._optional import import_failure
 from rdk_theory._outdir import check_targets, out_folder, write_replacing
 from rdk_theory._progress import wanted
-from rdk_theory.validation import InputError
+from rdk_theory.validation import InputError, as_count
 
 from . import agreement, collect, figures, models, pruning, speculative, study, timing
 from .registry import DEFAULT_DRAFTER, DEFAULT_TARGET
@@ -182,6 +182,11 @@ def run(cfg: RunConfig, log=print) -> dict:
     The settings, the model specs (:func:`.models.check_spec`) and ``cfg.out`` are checked
     before any model is loaded; a run that fails removes the folders it made for ``cfg.out``
     while they are empty (never one that existed before, nor the files already written)."""
+    # gamma 0 or e2e_tokens 0 made every end-to-end check pass on 0 positions (plain target
+    # sampling); calib_rank -1 kept S - 1 directions through a slice, 0 failed after the study
+    as_count(cfg.gamma, "gamma", 1)
+    as_count(cfg.e2e_tokens, "e2e_tokens", 1)
+    as_count(cfg.calib_rank, "calib_rank", 1)
     unknown = [s for s in cfg.e2e_samplers if s not in E2E_SAMPLERS]
     if unknown:  # it would have generated with TLI under the other name
         raise InputError(f"end-to-end sampler {unknown[0]!r} is not available: choose from "

@@ -21,6 +21,7 @@ import numpy as np
 
 from rdk_theory.acceptance import acceptance_rate
 from rdk_theory.sampling import draw, verify_draft
+from rdk_theory.validation import InputError, as_count
 from rdk_theory.vocab import pruned_draft_probs
 
 from .collect import laws64
@@ -50,9 +51,17 @@ class _Cached:
         return out.logits[0]
 
     def crop(self, length: int):
+        """Forget every token from position ``length`` on. A sliding-window cache past its
+        window has dropped the states it would need and refuses to crop (transformers'
+        RuntimeError, which ended a Gemma 3 or Mistral run once the text outgrew the
+        window): the cache is then dropped whole, and the next ``feed`` recomputes the
+        context from its first token."""
         if self.seen > length:
-            # a negative argument removes that many tokens in every transformers version
-            self.cache.crop(length - self.seen)
+            try:  # a negative argument removes that many tokens in every transformers version
+                self.cache.crop(length - self.seen)
+            except RuntimeError:
+                self.cache, self.seen = None, 0
+                return
             self.seen = length
 
 
@@ -90,8 +99,12 @@ def generate(target, drafter, prompt_ids, vocab_map, make_proposal, *, gamma: in
     with the recorded alphas, so :func:`.agreement.martingale_agreement` tests it with a
     betting martingale, valid under that dependence.
     """
+    gamma = as_count(gamma, "gamma", 1)  # 0 was plain target sampling, -2 a numpy error
+    max_new_tokens = as_count(max_new_tokens, "max_new_tokens", 1)
+    tokens = [int(t) for t in prompt_ids]
+    if not tokens:  # an empty prompt failed inside the model's forward pass
+        raise InputError("prompt_ids must hold at least one token")
     tgt, drf = _Cached(target, device), _Cached(drafter, device)
-    tokens = list(prompt_ids)
     start = len(tokens)
     calls, accept_lengths, alphas, accepted = 0, [], [], []
     while len(tokens) - start < max_new_tokens:
@@ -137,7 +150,11 @@ def generate(target, drafter, prompt_ids, vocab_map, make_proposal, *, gamma: in
 
 
 def iid_tokens_per_call(alpha: float, gamma: int) -> float:
-    """Theorem B with i.i.d. acceptance: ``(1 - alpha^(gamma+1)) / (1 - alpha)``."""
+    """Theorem B with i.i.d. acceptance: ``(1 - alpha^(gamma+1)) / (1 - alpha)``; alpha in
+    [0, 1] (1.5 gave 3.0 and NaN passed through) and gamma >= 0."""
+    gamma = as_count(gamma, "gamma")
+    if not 0 <= alpha <= 1:
+        raise InputError(f"alpha must be an acceptance rate in [0, 1], got {alpha!r}")
     if alpha >= 1:
         return gamma + 1.0
     return (1 - alpha ** (gamma + 1)) / (1 - alpha)

@@ -19,7 +19,7 @@ import numpy as np
 from rdk_theory.acceptance import acceptance_rate, oov_cap
 from rdk_theory.proposals import tli_proposal
 from rdk_theory.sampling import COUNT_CHUNK, sample_steps
-from rdk_theory.validation import InputError
+from rdk_theory.validation import InputError, as_count
 from rdk_theory.vocab import pruned_draft_probs
 
 from . import agreement
@@ -109,6 +109,18 @@ def acceptance_study(p, q, counts, kept_sizes, *, mu, factor, p_cal, q_cal, n_st
         false-alarm rate ``agreement.FALSE_ALARM`` is split over these and the study's alike.
     """
     n = p.shape[1]
+    # each a raw numpy error, a misleading message, or an empty study, before
+    if np.shape(q) != p.shape or np.shape(q_cal) != np.shape(p_cal) or np.ndim(p_cal) != 2 \
+            or np.shape(p_cal)[1] != n:
+        raise InputError(f"p {p.shape} and q {np.shape(q)}, p_cal {np.shape(p_cal)} and q_cal "
+                         f"{np.shape(q_cal)} must be (positions, N) pairs of one N")
+    if np.shape(counts) != (n,):
+        raise InputError(f"counts must hold one token count per target id ({n}), got shape "
+                         f"{np.shape(counts)}")
+    kept_sizes = [as_count(k, "kept size", 1) for k in kept_sizes]
+    if not kept_sizes or len(set(kept_sizes)) != len(kept_sizes):
+        raise InputError(f"kept_sizes must be distinct sizes, at least one, got {kept_sizes}")
+    chunk = as_count(chunk, "chunk", 1)
     if p.shape[0] == 0 or len(p_cal) == 0:  # a numpy error, or NaN tau tables, before
         raise InputError(f"the study needs evaluation and calibration positions, got "
                          f"{p.shape[0]} and {len(p_cal)}")

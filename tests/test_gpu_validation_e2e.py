@@ -20,7 +20,7 @@ from rdk_theory.proposals import tli_proposal  # noqa: E402
 from rdk_theory.vocab import VocabMap  # noqa: E402
 from tests.stats import (assert_matches_law, assert_no_zero_probability_emitted,  # noqa: E402
                          assert_pvalue, binomial_pvalue)
-from tests.tolerances import assert_close  # noqa: E402
+from tests.tolerances import FLOAT32_ATOL, assert_close  # noqa: E402
 
 RUNS = 1500
 #: The drafter's kept ids (TLI's I): the target's first 150 of its 300 ids.
@@ -391,3 +391,29 @@ def test_generation_length_is_at_least_n_and_at_most_gamma_more_and_eos_does_not
     text = " ".join(parser.format_help().split())
     assert ("at least N, since generation stops after the first round that reaches N, so up "
             "to gamma = 4 more; end-of-sequence tokens do not stop it") in text
+
+
+def test_a_sliding_window_cache_that_cannot_crop_is_recomputed_not_an_error():
+    """Past its window, a sliding-window layer's cache refuses to crop (transformers'
+    RuntimeError): end-to-end generation with a Gemma 3 or Mistral pair died once the text
+    outgrew the window (a fuzzing pass). The cache is now dropped and the context recomputed,
+    and every logit row matches a full forward pass of the same tokens."""
+    from types import SimpleNamespace
+
+    transformers = pytest.importorskip("transformers")
+    if not hasattr(transformers, "Gemma3TextConfig"):
+        pytest.skip("this transformers has no Gemma 3")
+    torch.manual_seed(0)
+    config = transformers.Gemma3TextConfig(
+        vocab_size=50, hidden_size=32, intermediate_size=64, num_hidden_layers=2,
+        num_attention_heads=2, num_key_value_heads=1, head_dim=16, sliding_window=8,
+        layer_types=["sliding_attention", "full_attention"], max_position_embeddings=256)
+    model = transformers.Gemma3ForCausalLM(config).eval()
+    cached = speculative._Cached(SimpleNamespace(model=model), "cpu")
+    tokens = torch.randint(0, 50, (40,), generator=torch.Generator().manual_seed(1)).tolist()
+    for end in range(3, 40, 3):  # 3 tokens in, 2 back (a rejection): past the window of 8
+        out = cached.feed(tokens[:end])
+        with torch.inference_mode():
+            full = model(torch.tensor([tokens[:end]])).logits[0]
+        assert_close(out[-1].numpy(), full[-1].numpy(), rtol=0, atol=FLOAT32_ATOL)
+        cached.crop(end - 2)

@@ -326,6 +326,59 @@ def test_a_timing_size_beyond_the_cap_is_refused_before_any_model_loads(tmp_path
     assert not (tmp_path / "run").exists()
 
 
+@pytest.mark.parametrize("setting, message", [
+    (dict(gamma=0), "gamma must be an integer >= 1"),
+    (dict(e2e_tokens=0), "e2e_tokens must be an integer >= 1"),
+    (dict(calib_rank=-1), "calib_rank must be an integer >= 1"),
+    (dict(calib_rank=2.5), "calib_rank must be an integer >= 1"),
+])
+def test_run_settings_that_would_test_nothing_are_refused_before_any_model_loads(
+        tmp_path, setting, message):
+    """gamma 0 or e2e_tokens 0 gave end-to-end checks on 0 positions that passed (plain target
+    sampling); calib_rank -1 kept S - 1 directions through a slice, 0 failed after the study
+    with 'the calibration rows do not vary' (a fuzzing pass)."""
+    cfg = harness.RunConfig(target="nowhere/target", drafter="nowhere/drafter",
+                            out=str(tmp_path / "run"), **setting)
+    with pytest.raises(InputError, match=message):
+        harness.run(cfg, log=lambda *a: None)
+    assert not (tmp_path / "run").exists()
+
+
+def test_the_pipeline_helpers_name_bad_arguments():
+    """Each was a raw error or a wrong number: a rank of -1 kept S - 1 directions, alpha 1.5
+    gave 3.0 tokens per call, gamma 0 generated without drafting, an empty prompt failed in
+    the model's forward pass, chunk 0 was range()'s error, a q of other rows a broadcast
+    error, short counts were named as q', and duplicate kept sizes were counted twice."""
+    rng = np.random.default_rng(0)
+    cal = rng.dirichlet(np.ones(5), 6)
+    for rank in (-1, 0, 2.5):
+        with pytest.raises(InputError, match="rank must be an integer >= 1"):
+            collect.calibration_stats(cal, rank=rank)
+    assert collect.calibration_stats(cal, rank=2)[1].shape == (2, 5)
+    for alpha in (1.5, float("nan"), -0.1):
+        with pytest.raises(InputError, match="alpha must be an acceptance rate in"):
+            speculative.iid_tokens_per_call(alpha, 2)
+    for kw, message in ((dict(gamma=0), "gamma must be an integer >= 1"),
+                        (dict(max_new_tokens=0), "max_new_tokens must be an integer >= 1"),
+                        (dict(prompt_ids=[]), "prompt_ids must hold at least one token")):
+        args = {**dict(target=None, drafter=None, prompt_ids=[1], vocab_map=None,
+                       make_proposal=None, rng=rng, gamma=2), **kw}
+        with pytest.raises(InputError, match=message):
+            speculative.generate(**args)
+    p = rng.dirichlet(np.ones(5), 4).astype(np.float32)
+    mu, factor = collect.calibration_stats(cal)
+    base = dict(p=p, q=p, counts=np.arange(5), kept_sizes=[3], mu=mu, factor=factor,
+                p_cal=cal, q_cal=cal, n_steps=0, rng=rng, sparse_k=2)
+    for kw, message in ((dict(q=p[:3]), "must be \\(positions, N\\) pairs"),
+                        (dict(counts=np.arange(4)), "counts must hold one token count per"),
+                        (dict(kept_sizes=[]), "kept_sizes must be distinct sizes"),
+                        (dict(kept_sizes=[3, 3]), "kept_sizes must be distinct sizes"),
+                        (dict(chunk=0), "chunk must be an integer >= 1")):
+        with pytest.raises(InputError, match=message):
+            study.acceptance_study(**{**base, **kw})
+    assert [r["kept"] for r in study.acceptance_study(**base)["rows"]] == [3]
+
+
 def test_non_finite_laws_name_the_model_and_its_dtype():
     """float16 logits that overflow gave NaN laws, which surfaced as 'the calibration rows do
     not vary' (or draft_probs_full 'must be finite') far from their cause."""
