@@ -368,6 +368,17 @@ def test_a_kernel_within_its_tolerance_is_read_renormalised(tmp_path, capsys, dt
     assert_close(np.array(got["per_context"]), np.array(want["per_context"]))
 
 
+@pytest.mark.parametrize("dtype, excess", [(np.float64, 1.2e-6), (np.float16, 3e-3)])
+def test_a_case_kernel_just_outside_its_tolerance_is_refused(tmp_path, capsys, dtype, excess):
+    """The other side of the test above: rows off by just more than the tolerance (1e-6 in
+    float64, float16's rounding 9.8e-4) are an error naming the kernel. A mutation pass
+    loosened the case file's kernel tolerance 1000-fold and no test failed."""
+    m = (np.eye(12) * (1 + excess)).astype(dtype)
+    _write_case(tmp_path / "off.npz", kernel=m)
+    code, out, err = _run(capsys, "acceptance", str(tmp_path / "off.npz"), "--kernel", "dense")
+    assert code == 2 and out == "" and err.startswith("error: kernel ") and "row" in err, err
+
+
 def test_a_case_file_that_cannot_be_read_is_named_as_such(tmp_path, capsys, monkeypatch):
     """A file without read permission is an OS error naming it, not 'not an .npz archive'
     (the zip test swallowed the error). Simulated: the tests may run as root, who reads all."""
@@ -575,34 +586,59 @@ def test_equal_calibration_rows_give_the_uniform_kernel_of_zero_covariance(tmp_p
 
 def test_synthetic_report_tunes_on_held_out_rows_and_evaluates_on_the_others():
     """The report's numbers recomputed from their definitions: K = round(f N), tau picked by
-    the best mean acceptance on the tuning rows, TLI and first-order RDK (at that tau)
-    evaluated on the other rows. Tuning and evaluating on the same rows, the worst tau,
-    first-order RDK at another tau and K = floor(f N) all went unseen."""
-    from rdk_theory.acceptance import acceptance_rate
+    the best mean acceptance on the tuning rows, TLI, first-order RDK (at that tau) and the
+    OOV cap evaluated on the other rows. Tuning and evaluating on the same rows, the worst
+    tau, first-order RDK at another tau and K = floor(f N) all went unseen. A mutation pass
+    found that with seed 5 the tuning and evaluation rows pick the same tau, so tuning on the
+    evaluation rows passed too: seed 10 separates them, and the test checks that it does."""
+    from rdk_theory.acceptance import acceptance_rate, oov_cap
     from rdk_theory.case import default_tau
     from rdk_theory.first_order import FirstOrderCovarianceKernel
     from rdk_theory.kernels import covariance_softmax_kernel
     from rdk_theory.proposals import build_proposals
-    from rdk_theory.report import TAU_MULTIPLIERS, synthetic_report
+    from rdk_theory.report import TAU_MULTIPLIERS, capped_mean, synthetic_report
     from rdk_theory.synthetic import zipfian_lm
     from rdk_theory.vocab import VocabMap, keep_most_frequent, pruned_draft_probs
 
-    n, ctx, cal_n, frac = 48, 6, 24, 0.31  # K = round(14.88) = 15, not floor 14
-    rep = synthetic_report(n=n, contexts=ctx, calibration=cal_n, keep=[frac], seed=5,
+    n, ctx, cal_n, frac, seed = 48, 6, 24, 0.31, 10  # K = round(14.88) = 15, not floor 14
+    rep = synthetic_report(n=n, contexts=ctx, calibration=cal_n, keep=[frac], seed=seed,
                            show_progress=False)
     (row,) = rep["rows"]
-    lm = zipfian_lm(np.random.default_rng(5), n, contexts=2 * ctx, calibration=cal_n)
+    lm = zipfian_lm(np.random.default_rng(seed), n, contexts=2 * ctx, calibration=cal_n)
     cal, p = lm.calibration_probs, lm.target_probs
     vm = VocabMap.from_kept_ids(keep_most_frequent(cal.mean(axis=0), 15), n)
     tli = build_proposals(pruned_draft_probs(lm.draft_probs, vm), vm, check=False)["tli"]
     taus = [default_tau(cal) * m for m in TAU_MULTIPLIERS]
-    scores = [acceptance_rate(p[:ctx], covariance_softmax_kernel(cal, t).transport(tli[:ctx]),
-                              check=False).mean() for t in taus]
-    best = taus[int(np.argmax(scores))]
+
+    def best_tau(rows):
+        return taus[int(np.argmax([acceptance_rate(
+            p[rows], covariance_softmax_kernel(cal, t).transport(tli[rows]), check=False).mean()
+            for t in taus]))]
+
+    tune, evaluate = slice(0, ctx), slice(ctx, 2 * ctx)
+    best = best_tau(tune)
+    assert best != best_tau(evaluate)  # the seed separates tuning from evaluating
     assert row["kept"] == 15 and row["tau"] == best
-    assert_close(row["tli"], acceptance_rate(p[ctx:], tli[ctx:], check=False).mean())
-    fo = FirstOrderCovarianceKernel(cal, best).transport(tli[ctx:])
-    assert_close(row["rdk_first_order"], acceptance_rate(p[ctx:], fo, check=False).mean())
+    assert_close(row["tli"], acceptance_rate(p[evaluate], tli[evaluate], check=False).mean())
+    fo = FirstOrderCovarianceKernel(cal, best).transport(tli[evaluate])
+    assert_close(row["rdk_first_order"], acceptance_rate(p[evaluate], fo, check=False).mean())
+    cap = capped_mean(oov_cap(p[evaluate], vm))
+    assert_close(row["oov_cap"], cap)
+    assert abs(cap - capped_mean(oov_cap(p, vm))) > 1e-6  # all rows would give another cap
+
+
+def test_format_table_puts_each_number_under_its_own_header():
+    """Mutation pass: the table's column order (TLI printed under 'OOV cap') was caught only
+    by the README's copy of the table."""
+    from rdk_theory.report import format_table
+
+    rep = {"rows": [{"kept": 7, "keep_fraction": 0.5, "oov_cap": 0.9, "vanilla": 0.1,
+                     "tli": 0.2, "rdk_exact": 0.3, "rdk_first_order": 0.4, "marginal": 0.5}]}
+    lines = format_table(rep).splitlines()
+    got = dict(zip(lines[0].replace("OOV cap", "OOV_cap").split(), lines[2].split()))
+    assert got == {"kept": "7", "fraction": "0.500", "OOV_cap": "0.9000", "vanilla": "0.1000",
+                   "tli": "0.2000", "rdk_exact": "0.3000", "rdk_first_order": "0.4000",
+                   "marginal": "0.5000"}
 
 
 def test_capped_mean_never_exceeds_one():

@@ -4,7 +4,7 @@ import pytest
 import rdk_theory as rt
 from rdk_theory import synthetic
 from tests.stats import FALSE_ALARM_PER_TEST, assert_pvalue
-from tests.tolerances import assert_close
+from tests.tolerances import FLOAT64_ATOL, assert_close
 
 
 def test_families_are_distributions_with_the_promised_shape():
@@ -324,3 +324,19 @@ def test_zipfian_drafter_noise_is_drawn_afresh_for_every_context():
     assert np.ptp(z, axis=0).max() > 0.1
 
 
+
+
+@pytest.mark.parametrize("strength", [4.0, -1.5])
+def test_zipfian_contexts_are_the_unigram_law_tilted_by_their_topic(strength):
+    """Mutation pass: the topic boost's sign was checked only by the README's copy of the
+    report. Without context noise, log p_c - log unigram is one constant per row plus
+    ``topic_strength`` on exactly ``topic_size`` tokens (the row's topic), so a flipped or
+    lost boost shows."""
+    lm = synthetic.zipfian_lm(np.random.default_rng(3), 200, contexts=12, calibration=5,
+                              topic_size=7, topic_strength=strength, context_noise=0.0)
+    for rows in (lm.target_probs, lm.calibration_probs):
+        tilt = np.log(rows) - np.log(lm.unigram)
+        tilt -= tilt.min(axis=1, keepdims=True) if strength > 0 else tilt.max(axis=1, keepdims=True)
+        boosted = np.abs(tilt - strength) < FLOAT64_ATOL
+        assert (boosted.sum(axis=1) == 7).all()
+        assert (np.abs(tilt[~boosted]) < FLOAT64_ATOL).all()

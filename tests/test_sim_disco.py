@@ -59,6 +59,23 @@ def test_trace_dp_matches_monte_carlo_replay():
         assert_pvalue(z_pvalue(times, exact), f"trace replay {policy}")
 
 
+def test_toy_trace_walks_the_target_and_records_alpha_at_each_of_its_contexts():
+    """Mutation pass: a trace drawn from the proposal instead of the target went unseen (only
+    the alphas' range was checked). The pruned pair's TLI proposal has no mass on the target
+    ids the drafter lacks, so a trace that emits them follows the target; and every recorded
+    alpha is that of the target and proposal at the context the trace had reached."""
+    from rdk_theory.acceptance import acceptance_rate
+
+    pair = toy_pair("pruned", seed=0).float_copy()
+    fn = make_proposal_fn(pair.drafter, pair.vocab_map, "tli", exact=False)
+    alphas, toks = disco.toy_trace(pair.target, fn, 400, np.random.default_rng(0))
+    absent = set(range(pair.vocab_map.n_target)) - {int(i) for i in pair.vocab_map.intersection}
+    assert absent and set(toks.tolist()) & absent
+    for t in range(len(toks)):
+        ctx = tuple(int(x) for x in toks[:t])
+        assert alphas[t] == acceptance_rate(pair.target.next_probs(ctx), fn(ctx), check=False)
+
+
 def test_oracle_gain_on_toy_lm_is_positive():
     """The oracle policy beats the best static gamma by a stated margin, not just by any amount.
 

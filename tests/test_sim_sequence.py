@@ -210,6 +210,23 @@ def test_context_longer_than_order_uses_last_tokens():
                                       (0, 1, 1): Fraction(1, 2)}
 
 
+def test_retokenizing_drafter_reads_the_last_token_of_its_own_tokenization():
+    """Mutation pass: the hetero drafter conditioning on the wrong token of its re-tokenized
+    context went unseen (every sampler stays lossless with any drafter; only the acceptance
+    numbers move). Target text a|b|c is drafter ab|c, so the order-1 chain reads c; c|a|b is
+    c|ab, read as ab; and those two rows differ, so a wrong token would show."""
+    from simulators.toy_lm import HETERO_DRAFT_TOKENS, HETERO_TARGET_TOKENS, greedy_tokenize
+
+    drafter = toy_pair("hetero", seed=0).drafter
+    t = {s: i for i, s in enumerate(HETERO_TARGET_TOKENS)}
+    d = {s: i for i, s in enumerate(HETERO_DRAFT_TOKENS)}
+    assert greedy_tokenize("abc", HETERO_DRAFT_TOKENS) == [d["ab"], d["c"]]
+    after_c, after_ab = drafter.chain.next_probs((d["c"],)), drafter.chain.next_probs((d["ab"],))
+    assert list(after_c) != list(after_ab)
+    assert list(drafter.next_probs((t["a"], t["b"], t["c"]))) == list(after_c)
+    assert list(drafter.next_probs((t["c"], t["a"], t["b"]))) == list(after_ab)
+
+
 def test_random_toy_tables_refuse_more_entries_than_they_may_hold():
     """toy_pair(order=12) ran out of memory building 305 million contexts; the table's size
     is now checked before any is built, and the largest order that fits still builds."""
