@@ -27,7 +27,7 @@ import shlex
 import sys
 import time
 from contextlib import contextmanager
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 
 import numpy as np
@@ -184,9 +184,10 @@ def run(cfg: RunConfig, log=print) -> dict:
     while they are empty (never one that existed before, nor the files already written)."""
     # gamma 0 or e2e_tokens 0 made every end-to-end check pass on 0 positions (plain target
     # sampling); calib_rank -1 kept S - 1 directions through a slice, 0 failed after the study
-    as_count(cfg.gamma, "gamma", 1)
-    as_count(cfg.e2e_tokens, "e2e_tokens", 1)
-    as_count(cfg.calib_rank, "calib_rank", 1)
+    cfg = replace(cfg, gamma=as_count(cfg.gamma, "gamma", 1),  # 4.0 passed, then failed late
+                  e2e_tokens=as_count(cfg.e2e_tokens, "e2e_tokens", 1),
+                  calib_rank=None if cfg.calib_rank is None else  # None: the full factor
+                  as_count(cfg.calib_rank, "calib_rank", 1))
     unknown = [s for s in cfg.e2e_samplers if s not in E2E_SAMPLERS]
     if unknown:  # it would have generated with TLI under the other name
         raise InputError(f"end-to-end sampler {unknown[0]!r} is not available: choose from "

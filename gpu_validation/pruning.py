@@ -45,9 +45,11 @@ def pruned_vocab_map(counts, k: int) -> VocabMap:
 
 def kept_sizes_from_fractions(fractions, vocab_size: int) -> list[int]:
     """Kept sizes ``round(f * vocab_size)`` (at least 1) for fractions in (0, 1]."""
+    from rdk_theory.report import kept_size  # one rule for the synthetic and the real report
+
     out = []
     for f in fractions:
         if not 0 < f <= 1:
             raise InputError(f"keep fractions must be in (0, 1], got {f}")
-        out.append(max(1, int(round(f * vocab_size))))
+        out.append(kept_size(f, vocab_size))
     return out

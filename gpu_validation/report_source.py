@@ -31,7 +31,7 @@ def real_pair_report(args) -> dict | None:
     if why is not None:  # was a traceback from the first model load
         raise SourceUnavailable(f"the real model pair is fetched but cannot be loaded: {why}")
     from rdk_theory._progress import wanted
-    from rdk_theory.report import capped_mean
+    from rdk_theory.report import capped_mean, distinct_kept
 
     from . import collect, study
     from .harness import RunConfig, _bar, collect_pair
@@ -56,6 +56,7 @@ def real_pair_report(args) -> dict | None:
     n = ev.p.shape[0]
     positions = min(n, 128 if quick else 512)
     sel = np.linspace(0, n - 1, positions).round().astype(int)
+    fractions = distinct_kept(fractions, ev.p.shape[1])  # a repeated size: one row, a warning
     kept = kept_sizes_from_fractions(fractions, ev.p.shape[1])
     mu, factor = collect.calibration_stats(ca.p, rank=cfg.calib_rank)
     with _bar(positions * len(kept), "acceptance study", show) as bar:

@@ -33,6 +33,24 @@ def _softmax_last(lm, logits) -> np.ndarray:
     return laws64(lm.probs(logits).cpu().numpy())
 
 
+def _recording_cache(model):
+    """The cache the model would make for itself (transformers' ``DynamicCache`` of its
+    config), set to record past states before the first token: a sliding-window layer then
+    keeps its states until the next crop, so a crop past the window succeeds (without it,
+    every crop past the window failed and each round recomputed the whole context; set after
+    the first forward, a prompt longer than the window left the cache inconsistent). None,
+    to let the model make its own, where this transformers has no such cache."""
+    try:
+        from transformers import DynamicCache
+
+        cache = DynamicCache(config=model.config)
+    except (ImportError, TypeError, AttributeError):
+        return None
+    if hasattr(cache, "activate_past_recording"):
+        cache.activate_past_recording()
+    return cache
+
+
 class _Cached:
     """A model with a KV cache; ``feed`` runs only the tokens the cache has not seen."""
 
@@ -44,6 +62,8 @@ class _Cached:
         import torch
 
         new = tokens[self.seen:]
+        if self.cache is None:
+            self.cache = _recording_cache(self.lm.model)
         with torch.inference_mode():
             out = self.lm.model(torch.tensor([new], device=self.device),
                                 past_key_values=self.cache, use_cache=True)
@@ -51,15 +71,19 @@ class _Cached:
         return out.logits[0]
 
     def crop(self, length: int):
-        """Forget every token from position ``length`` on. A sliding-window cache past its
-        window has dropped the states it would need and refuses to crop (transformers'
-        RuntimeError, which ended a Gemma 3 or Mistral run once the text outgrew the
-        window): the cache is then dropped whole, and the next ``feed`` recomputes the
-        context from its first token."""
+        """Forget every token from position ``length`` on. A sliding-window cache that has
+        dropped the states it would need refuses to crop (transformers' RuntimeError, which
+        ended a Gemma 3 or Mistral run once the text outgrew the window, where the cache
+        cannot record its past, or a prompt longer than the window was fed at once): the
+        cache is then dropped whole, and the next ``feed`` recomputes the context from its
+        first token. ``generate`` reads ``feed``'s rows from the end, so either way it gets
+        the rows of the tokens it asked about."""
         if self.seen > length:
             try:  # a negative argument removes that many tokens in every transformers version
                 self.cache.crop(length - self.seen)
-            except RuntimeError:
+            except RuntimeError as exc:
+                if "crop" not in str(exc):  # a device error, out of memory: not this case
+                    raise
                 self.cache, self.seen = None, 0
                 return
             self.seen = length
@@ -149,12 +173,18 @@ def generate(target, drafter, prompt_ids, vocab_map, make_proposal, *, gamma: in
             "tokens": [int(t) for t in new], "text": target.tokenizer.decode(new)}
 
 
+#: How far a computed acceptance may stray outside [0, 1]: float64 sums of N min(p, r) terms.
+ALPHA_ROUNDOFF = 1e-12
+
+
 def iid_tokens_per_call(alpha: float, gamma: int) -> float:
     """Theorem B with i.i.d. acceptance: ``(1 - alpha^(gamma+1)) / (1 - alpha)``; alpha in
-    [0, 1] (1.5 gave 3.0 and NaN passed through) and gamma >= 0."""
+    [0, 1] to round-off (1.5 gave 3.0 and NaN passed through; an alpha of 1 + 2.2e-16, as
+    ``sum min(p, r)`` gives for r = p, is 1) and gamma >= 0."""
     gamma = as_count(gamma, "gamma")
-    if not 0 <= alpha <= 1:
+    if not -ALPHA_ROUNDOFF <= alpha <= 1 + ALPHA_ROUNDOFF:
         raise InputError(f"alpha must be an acceptance rate in [0, 1], got {alpha!r}")
+    alpha = min(max(float(alpha), 0.0), 1.0)
     if alpha >= 1:
         return gamma + 1.0
     return (1 - alpha ** (gamma + 1)) / (1 - alpha)

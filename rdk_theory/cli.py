@@ -41,6 +41,23 @@ _NEGATIVE_NUMBER = re.compile(r"^-(\d+\.?\d*|\.\d+)(e[-+]?\d+)?$|^-(inf|infinity
                               re.IGNORECASE)
 
 
+class _SubCommands(argparse._SubParsersAction):
+    """Sub-commands whose unknown arguments are their own usage error: argparse hands them
+    up to the top-level parser, whose message named 'rdk-theory' and its --help instead of
+    the sub-command's."""
+
+    def __call__(self, parser, namespace, values, option_string=None):
+        super().__call__(parser, namespace, values, option_string)
+        extras = getattr(namespace, _UNRECOGNIZED, None)
+        if extras:
+            self._name_parser_map[values[0]].error(
+                f"unrecognized arguments: {' '.join(extras)}")
+
+
+#: Where argparse keeps a sub-command's unknown arguments on the namespace.
+_UNRECOGNIZED = getattr(argparse, "_UNRECOGNIZED_ARGS_ATTR", "_unrecognized_args")
+
+
 class _Parser(argparse.ArgumentParser):
     """Usage errors in the same one-line form as bad input: ``error: ...``, exit status 2;
     negative numbers in any float notation are values, not options. Options are spelled out:
@@ -51,15 +68,7 @@ class _Parser(argparse.ArgumentParser):
         kwargs.setdefault("allow_abbrev", False)
         super().__init__(*args, **kwargs)
         self._negative_number_matcher = _NEGATIVE_NUMBER
-
-    def parse_known_args(self, args=None, namespace=None):
-        """As argparse's, except that arguments this parser does not know are its own usage
-        error: a sub-command's extra argument was reported by the top-level parser, which
-        named 'rdk-theory' and its --help instead of the sub-command's."""
-        namespace, extras = super().parse_known_args(args, namespace)
-        if extras:
-            self.error(f"unrecognized arguments: {' '.join(extras)}")
-        return namespace, extras
+        self.register("action", "parsers", _SubCommands)
 
     def error(self, message):
         self.exit(EXIT_BAD_INPUT, _one_line(f"error: {self.prog}: {message} (see '{self.prog} "

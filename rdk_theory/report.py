@@ -206,13 +206,15 @@ def _parse_keep(text: str):
 
 
 def kept_size(frac: float, n: int) -> int:
-    """How many of the synthetic drafter's ``n`` ids a kept fraction keeps (at least one)."""
+    """How many of a drafter's ``n`` ids a kept fraction keeps: ``round(frac n)``, at least one
+    (the synthetic and the real report alike)."""
     return max(1, int(round(frac * n)))
 
 
-def _distinct_kept(keep: list, n: int) -> list:
-    """``keep`` without the fractions that keep as many ids as an earlier one, with a warning
-    naming them: at ``--vocab 24``, 0.04 and 0.05 both keep 1 id and gave two equal rows."""
+def distinct_kept(keep: list, n: int) -> list:
+    """``keep`` without the fractions that keep as many of ``n`` ids as an earlier one, with a
+    warning naming them: at ``--vocab 24``, 0.04 and 0.05 both keep 1 id and gave two equal
+    rows (the real report's study refuses a repeated size)."""
     first: dict = {}
     for frac in keep:
         first.setdefault(kept_size(frac, n), frac)
@@ -284,7 +286,7 @@ def _run_report(args, keep, n) -> int:
         if args.vocab is not None and args.vocab > n:  # documented under --quick, said here
             print(f"warning: --quick caps the synthetic vocabulary at {n}: --vocab "
                   f"{args.vocab} is not used", file=sys.stderr)
-        keep = _distinct_kept(keep, n)
+        keep = distinct_kept(keep, n)
         report = synthetic_report(n=n, contexts=32 if args.quick else 64,
                                   calibration=128 if args.quick else 256, keep=keep,
                                   seed=args.seed)

@@ -205,7 +205,8 @@ def psi_by_segmentations(target_tokens: Sequence[str], next_token_probs: NextTok
     left out silently left out its share of ``psi`` (0.125 for 0.375)."""
     out = []
     targets = _token_strings(target_tokens, "target tokens")
-    vocabulary = frozenset(_token_strings(drafter_tokens, "drafter tokens", holes=True))
+    drafter_tokens = _token_strings(drafter_tokens, "drafter tokens", holes=True)  # a list:
+    vocabulary = frozenset(drafter_tokens)  # a generator read here was empty for segmentations
     checked: dict = {}
     root = _drafter_call(next_token_probs, (), checked, vocabulary) if targets else {}
     zero = 0 * next(iter(root.values()), 0)  # the drafter's zero: Fraction(0) for Fractions

@@ -126,11 +126,16 @@ def _contexts(order: int, n_symbols: int, n_out: int = 1) -> list:
     symbols ran out of memory building 305 million contexts)."""
     if order == 0:
         return [()]
-    count = sum(n_symbols ** k for k in range(order + 1))  # upper bound: BOS-padded tails
-    if count * n_out > MAX_TABLE_ENTRIES:
-        raise InputError(f"an order-{order} chain over {n_symbols} symbols has about {count:,} "
-                         f"contexts of {n_out} tokens each, more than the "
-                         f"{MAX_TABLE_ENTRIES:,} entries a toy table may hold")
+    most = MAX_TABLE_ENTRIES // n_out  # contexts a table of n_out tokens each may have
+    count, power = 0, 1
+    for _ in range(order + 1):  # sum_k n^k: an upper bound (BOS-padded tails), summed only
+        count += power  # until it passes the cap (order 1e5 took seconds to sum, and 1e4
+        power *= n_symbols  # digits were too many to print in the message)
+        if count > most:
+            raise InputError(f"an order-{order} chain over {n_symbols} symbols has more than "
+                             f"{most:,} contexts" + (f" of {n_out} tokens each" if n_out > 1
+                                                     else "") + f": more than the "
+                             f"{MAX_TABLE_ENTRIES:,} entries a toy table may hold")
     keys = []
     for k in range(order + 1):
         for tail in itertools.product(range(n_symbols), repeat=k):

@@ -1102,6 +1102,10 @@ def test_psi_by_segmentations_needs_every_token_the_drafter_can_emit():
     with pytest.raises(rt.InputError, match="token 'ab' probability 0.25 after context \\(\\), "
                                             "but drafter_tokens does not list it"):
         sl.psi_by_segmentations(["ab"], draft, ["a", "b"])
+    # a generator of tokens is read once (the coverage check emptied it: psi 0.0, a second
+    # reading)
+    assert sl.psi_by_segmentations(["ab"], draft, (t for t in ["a", "ab", "b"]))[0] == \
+        pytest.approx(0.375, abs=FLOAT64_ATOL)
     zero = sl.unigram_drafter({"a": 0.5, "b": 0.5, "c": 0.0})  # a zero may be left out
     assert sl.psi_by_segmentations(["ab"], zero, ["a", "b"])[0] == pytest.approx(0.25, abs=FLOAT64_ATOL)
 

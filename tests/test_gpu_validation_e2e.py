@@ -393,27 +393,45 @@ def test_generation_length_is_at_least_n_and_at_most_gamma_more_and_eos_does_not
             "to gamma = 4 more; end-of-sequence tokens do not stop it") in text
 
 
-def test_a_sliding_window_cache_that_cannot_crop_is_recomputed_not_an_error():
+@pytest.mark.parametrize("record", [True, False])
+def test_a_sliding_window_cache_crops_or_is_recomputed_not_an_error(monkeypatch, record):
     """Past its window, a sliding-window layer's cache refuses to crop (transformers'
     RuntimeError): end-to-end generation with a Gemma 3 or Mistral pair died once the text
-    outgrew the window (a fuzzing pass). The cache is now dropped and the context recomputed,
-    and every logit row matches a full forward pass of the same tokens."""
+    outgrew the window (a fuzzing pass). The cache now records its past from its first token
+    where transformers can (every crop then succeeds, nothing is recomputed); where it cannot
+    (``record=False``: the model's own cache), it is dropped and the context recomputed. Every
+    logit row matches a full forward pass of the same tokens, a prompt longer than the window
+    fed at once included."""
     from types import SimpleNamespace
 
     transformers = pytest.importorskip("transformers")
     if not hasattr(transformers, "Gemma3TextConfig"):
         pytest.skip("this transformers has no Gemma 3")
+    if record and not hasattr(transformers.DynamicCache, "activate_past_recording"):
+        pytest.skip("this transformers' cache cannot record its past")
+    if not record:
+        monkeypatch.setattr(speculative, "_recording_cache", lambda model: None)
     torch.manual_seed(0)
     config = transformers.Gemma3TextConfig(
         vocab_size=50, hidden_size=32, intermediate_size=64, num_hidden_layers=2,
         num_attention_heads=2, num_key_value_heads=1, head_dim=16, sliding_window=8,
         layer_types=["sliding_attention", "full_attention"], max_position_embeddings=256)
     model = transformers.Gemma3ForCausalLM(config).eval()
-    cached = speculative._Cached(SimpleNamespace(model=model), "cpu")
     tokens = torch.randint(0, 50, (40,), generator=torch.Generator().manual_seed(1)).tolist()
-    for end in range(3, 40, 3):  # 3 tokens in, 2 back (a rejection): past the window of 8
-        out = cached.feed(tokens[:end])
+
+    def check(out, end):
         with torch.inference_mode():
             full = model(torch.tensor([tokens[:end]])).logits[0]
         assert_close(out[-1].numpy(), full[-1].numpy(), rtol=0, atol=FLOAT32_ATOL)
+
+    cached = speculative._Cached(SimpleNamespace(model=model), "cpu")
+    resets = 0
+    for end in range(3, 40, 3):  # 3 tokens in, 2 back (a rejection): past the window of 8
+        check(cached.feed(tokens[:end]), end)
         cached.crop(end - 2)
+        resets += cached.seen == 0
+    assert resets == 0 if record else resets > 0
+    cached = speculative._Cached(SimpleNamespace(model=model), "cpu")
+    cached.feed(tokens[:20])  # a prompt longer than the window, fed at once
+    cached.crop(18)
+    check(cached.feed(tokens[:21]), 21)

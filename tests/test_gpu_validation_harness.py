@@ -344,6 +344,26 @@ def test_run_settings_that_would_test_nothing_are_refused_before_any_model_loads
     assert not (tmp_path / "run").exists()
 
 
+def test_run_takes_a_full_rank_and_whole_floats_and_runs_with_the_ints(monkeypatch, tmp_path):
+    """calib_rank None (the full factor, as calibration_stats takes it) passes the checks, and
+    gamma 4.0 reaches the stages as the int 4 (it passed the check and then failed in
+    np.zeros(gamma + 1) after the study; a second reading)."""
+    seen = {}
+
+    def stages(cfg, out, log):
+        seen["cfg"] = cfg
+        return {}
+
+    monkeypatch.setattr(models, "check_specs", lambda *a, **k: None)
+    monkeypatch.setattr(models, "builtin_base", lambda spec: None)
+    monkeypatch.setattr(harness, "_run_stages", stages)
+    harness.run(harness.RunConfig(calib_rank=None, gamma=4.0, e2e_tokens=8.0,
+                                  out=str(tmp_path / "run")), log=lambda *a: None)
+    cfg = seen["cfg"]
+    assert cfg.calib_rank is None and (cfg.gamma, cfg.e2e_tokens) == (4, 8)
+    assert type(cfg.gamma) is int and type(cfg.e2e_tokens) is int
+
+
 def test_the_pipeline_helpers_name_bad_arguments():
     """Each was a raw error or a wrong number: a rank of -1 kept S - 1 directions, alpha 1.5
     gave 3.0 tokens per call, gamma 0 generated without drafting, an empty prompt failed in
@@ -358,6 +378,8 @@ def test_the_pipeline_helpers_name_bad_arguments():
     for alpha in (1.5, float("nan"), -0.1):
         with pytest.raises(InputError, match="alpha must be an acceptance rate in"):
             speculative.iid_tokens_per_call(alpha, 2)
+    # sum min(p, p) of float64 laws can be 1 + 2.2e-16: round-off, read as 1 (a second reading)
+    assert speculative.iid_tokens_per_call(1 + 2.2e-16, 4) == 5.0
     for kw, message in ((dict(gamma=0), "gamma must be an integer >= 1"),
                         (dict(max_new_tokens=0), "max_new_tokens must be an integer >= 1"),
                         (dict(prompt_ids=[]), "prompt_ids must hold at least one token")):

@@ -347,6 +347,20 @@ def test_report_source_runs_the_study_on_spread_positions_of_the_cached_pair(
     assert "rdk_exact" in table[0] and table[-1].startswith("(-: not computed")
 
 
+def test_report_source_keeps_one_row_per_kept_size(stubbed_pair, capsys):
+    """Two fractions of one kept size (0.1 and 0.11 of 40 ids: 4) reached the study, which
+    refuses a repeated size since it stopped counting one twice; as in the synthetic report,
+    the later fraction is left out with a warning, before the study."""
+    from gpu_validation.report_source import real_pair_report
+
+    pair, calls = stubbed_pair
+    pair(50)
+    rep = real_pair_report(SimpleNamespace(quick=True, keep_fractions=[0.1, 0.5, 0.11]))
+    assert calls["study"]["kept"] == [4, 20]
+    assert [(r["keep_fraction"], r["kept"]) for r in rep["rows"]] == [(0.1, 4), (0.5, 20)]
+    assert "warning: --keep: 0.11 keeps 4 of 40 ids, as 0.1 does" in capsys.readouterr().err
+
+
 def test_report_source_defaults_to_its_own_keep_fractions(stubbed_pair):
     from gpu_validation.report_source import DEFAULT_KEEP, real_pair_report
 

@@ -229,10 +229,14 @@ def test_retokenizing_drafter_reads_the_last_token_of_its_own_tokenization():
 
 def test_random_toy_tables_refuse_more_entries_than_they_may_hold():
     """toy_pair(order=12) ran out of memory building 305 million contexts; the table's size
-    is now checked before any is built, and the largest order that fits still builds."""
-    with pytest.raises(InputError, match="an order-12 chain over 5 symbols has about "
-                                         "305,175,781 contexts of 5 tokens each"):
+    is now checked before any is built (summed only up to the cap: order 10,000 has a count
+    of 3,011 digits), and an order that fits still builds."""
+    with pytest.raises(InputError, match="an order-12 chain over 5 symbols has more than "
+                                         "400,000 contexts of 5 tokens each"):
         toy_pair("pruned", order=12)
+    with pytest.raises(InputError, match="an order-10000 chain over 2 symbols has more than "
+                                         "2,000,000 contexts: more than"):
+        random_markov_lm(np.random.default_rng(0), 2, n_out=1, order=10_000)
     with pytest.raises(InputError, match="more than the 2,000,000 entries"):
         random_markov_lm(np.random.default_rng(0), 2, n_out=10**6, order=1)
     lm = random_markov_lm(np.random.default_rng(0), 3, order=3)

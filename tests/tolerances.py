@@ -41,8 +41,9 @@ LP_ATOL = 1e-6
 KERNEL_LP_ATOL = 1e-9
 #: Bisection tolerance on rho (K-SEQ) and lam (rank-one mixing) in the bound calculators.
 BISECTION_ATOL = 1e-10
-#: Upward slack of the Fourier-transform p-value (gpu_validation.agreement.binomial_sum_p_value):
-#: its round-off bound, given once per outcome summed so that it never falls below the exact one.
+#: Upward slack of the Fourier-transform p-value (gpu_validation.agreement.binomial_sum_p_value)
+#: at the tests' sizes (at most 200 positions x 30 steps): its round-off bound, given once per
+#: outcome summed so that it never falls below the exact one; it grows with the sizes.
 FFT_P_VALUE_SLACK = 1e-10
 
 
