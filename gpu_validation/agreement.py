@@ -366,9 +366,10 @@ def binomial_sum_p_value(probs, n: int, observed: int) -> float:
     if size > top:
         pmf = pmf[:top + 1]
     # The transforms' round-off is absolute, not relative: measured at most 0.03 positions x
-    # eps per entry against the exact recursion (a second reading: 0.0043), within the slack. With only the relative slack, an outcome as
-    # likely as the observed one, across a symmetric law's mean, fell out of the sum and the
-    # p-value halved below 1e-7 (0.0 for 1.3e-29).
+    # eps per entry against the exact recursion (a second reading: 0.0043), within the slack.
+    # With only the relative slack, an outcome as likely as the observed one, across a
+    # symmetric law's mean, fell out of the sum and the p-value halved below 1e-7 (0.0 for
+    # 1.3e-29).
     return _two_sided(pmf, observed % size, rounding=(a.size + 1) * np.finfo(float).eps)
 
 

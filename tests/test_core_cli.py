@@ -440,7 +440,8 @@ def test_report_keeps_one_row_per_kept_size_and_says_what_quick_caps(tmp_path, c
     code, out, err = _run(capsys, "report", "--source", "synthetic", "--quick", "--vocab",
                           "1500", "--keep", "1", "--out", str(tmp_path / "q"))
     assert code == 0, err
-    assert err == "warning: --quick caps the synthetic vocabulary at 1024: --vocab 1500 is not used\n"
+    assert err == ("warning: --quick caps the synthetic vocabulary at 1024: --vocab 1500 is "
+                   "not used\n")
     assert json.loads((tmp_path / "q" / "report.json").read_text())["rows"][0]["kept"] == 1024
 
 
@@ -682,7 +683,8 @@ def test_a_usage_error_is_one_line_naming_the_help_of_its_command(tmp_path, caps
 
 @pytest.mark.parametrize("argv", [
     ["acceptance", "CASE", "--ker", "dense"],
-    ["sample", "CASE", "--sampler", "tli", "--context", "0", "--n", "5", "--seed", "0", "--js", "x"],
+    ["sample", "CASE", "--sampler", "tli", "--context", "0", "--n", "5", "--seed", "0",
+     "--js", "x"],
     ["simulate", "speedup", "--alp", "0.6"],
 ])
 def test_an_abbreviated_option_is_a_usage_error(tmp_path, capsys, argv):

@@ -1107,7 +1107,8 @@ def test_psi_by_segmentations_needs_every_token_the_drafter_can_emit():
     assert sl.psi_by_segmentations(["ab"], draft, (t for t in ["a", "ab", "b"]))[0] == \
         pytest.approx(0.375, abs=FLOAT64_ATOL)
     zero = sl.unigram_drafter({"a": 0.5, "b": 0.5, "c": 0.0})  # a zero may be left out
-    assert sl.psi_by_segmentations(["ab"], zero, ["a", "b"])[0] == pytest.approx(0.25, abs=FLOAT64_ATOL)
+    assert sl.psi_by_segmentations(["ab"], zero, ["a", "b"])[0] == pytest.approx(
+        0.25, abs=FLOAT64_ATOL)
 
 
 @pytest.mark.parametrize("prefix, message", [
@@ -1120,4 +1121,5 @@ def test_prefix_probability_checks_its_prefix(prefix, message):
     draft = sl.unigram_drafter({"a": 0.5, "b": 0.5})
     with pytest.raises(rt.InputError, match=message):
         sl.prefix_probability("a", draft, prefix=prefix)
-    assert sl.prefix_probability("ab", draft, prefix=("x", "y")) == pytest.approx(0.25, abs=FLOAT64_ATOL)
+    assert sl.prefix_probability("ab", draft, prefix=("x", "y")) == pytest.approx(
+        0.25, abs=FLOAT64_ATOL)
