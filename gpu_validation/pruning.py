@@ -16,7 +16,7 @@ from __future__ import annotations
 import numpy as np
 
 from rdk_theory.validation import InputError, check_float_ids, host_ids
-from rdk_theory.vocab import VocabMap, keep_most_frequent
+from rdk_theory.vocab import VocabMap, keep_most_frequent, kept_size
 
 
 def token_counts(token_ids, vocab_size: int) -> np.ndarray:
@@ -45,11 +45,9 @@ def pruned_vocab_map(counts, k: int) -> VocabMap:
 
 def kept_sizes_from_fractions(fractions, vocab_size: int) -> list[int]:
     """Kept sizes ``round(f * vocab_size)`` (at least 1) for fractions in (0, 1]."""
-    from rdk_theory.report import kept_size  # one rule for the synthetic and the real report
-
     out = []
     for f in fractions:
         if not 0 < f <= 1:
             raise InputError(f"keep fractions must be in (0, 1], got {f}")
-        out.append(kept_size(f, vocab_size))
+        out.append(kept_size(f, vocab_size))  # the synthetic report's rule too
     return out

@@ -38,7 +38,7 @@ from .kernels import MarginalKernel, covariance_softmax_kernel
 from .proposals import build_proposals
 from .synthetic import zipfian_lm
 from .validation import InputError, int_at_least, type_name
-from .vocab import VocabMap, keep_most_frequent, pruned_draft_probs
+from .vocab import VocabMap, keep_most_frequent, kept_size, pruned_draft_probs
 
 COLUMNS = ("vanilla", "tli", "rdk_exact", "rdk_first_order", "marginal")
 DEFAULT_KEEP = (1.0, 0.5, 0.25, 0.1, 0.05)
@@ -205,24 +205,19 @@ def _parse_keep(text: str):
     return list(dict.fromkeys(vals))  # a repeat once: its row said nothing new
 
 
-def kept_size(frac: float, n: int) -> int:
-    """How many of a drafter's ``n`` ids a kept fraction keeps: ``round(frac n)``, at least one
-    (the synthetic and the real report alike)."""
-    return max(1, int(round(frac * n)))
-
-
 def distinct_kept(keep: list, n: int) -> list:
     """``keep`` without the fractions that keep as many of ``n`` ids as an earlier one, with a
     warning naming them: at ``--vocab 24``, 0.04 and 0.05 both keep 1 id and gave two equal
     rows (the real report's study refuses a repeated size)."""
-    first: dict = {}
+    first: dict = {}  # kept size -> the first fraction that keeps it
+    dropped = []
     for frac in keep:
-        first.setdefault(kept_size(frac, n), frac)
-    dropped = [f for f in keep if first[kept_size(f, n)] != f]
+        k = kept_size(frac, n)
+        if first.setdefault(k, frac) != frac:
+            dropped.append(f"{frac:g} keeps {k} of {n} ids, as {first[k]:g} does")
     if dropped:
-        print("warning: --keep: " + "; ".join(
-            f"{f:g} keeps {kept_size(f, n)} of {n} ids, as {first[kept_size(f, n)]:g} does"
-            for f in dropped) + ": one row for each size", file=sys.stderr)
+        print("warning: --keep: " + "; ".join(dropped) + ": one row for each size",
+              file=sys.stderr)
     return list(first.values())
 
 

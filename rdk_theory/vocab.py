@@ -479,6 +479,12 @@ def _most_frequent_exact(values: list, k) -> np.ndarray:
     return np.sort(np.array(order[:k], dtype=np.int64))
 
 
+def kept_size(frac: float, n: int) -> int:
+    """How many of a drafter's ``n`` ids a kept fraction keeps: ``round(frac n)``, at least one
+    (the synthetic and the real report alike)."""
+    return max(1, int(round(frac * n)))
+
+
 def keep_most_frequent(token_counts, k: int) -> np.ndarray:
     """Ids of the ``k`` most frequent tokens of a count vector (ties: lower id first), sorted.
 
