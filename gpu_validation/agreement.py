@@ -88,6 +88,14 @@ def _steps(n) -> int:
     return int(n)
 
 
+def _observed(observed) -> int:
+    """An observed count as an int: a whole number, of any sign (ValueError otherwise: 5.0
+    indexed the law, a raw IndexError); one outside the law's support has p-value 0."""
+    if not float(observed).is_integer():
+        raise ValueError(f"observed must be a whole number, got {observed!r}")
+    return int(observed)
+
+
 def _counts(accepted, a: np.ndarray, n: int) -> np.ndarray:
     """``accepted`` as float64 counts, one per acceptance of ``a`` (same shape), each a whole
     number in ``[0, n]`` (ValueError otherwise): a short list was stretched to fit, and -5,
@@ -344,10 +352,7 @@ def binomial_sum_p_value(probs, n: int, observed: int) -> float:
     from scipy import fft
 
     a = acceptances(probs).reshape(-1)
-    n = _steps(n)
-    if not float(observed).is_integer():  # 5.0 indexed the law: a raw IndexError
-        raise ValueError(f"observed must be a whole number, got {observed!r}")
-    observed = int(observed)
+    n, observed = _steps(n), _observed(observed)
     top = n * a.size
     if not 0 <= observed <= top:
         return 0.0
@@ -388,9 +393,7 @@ def poisson_binomial_p_value(probs, observed: int) -> float:
     a count no outcome has (below 0 or above ``len(probs)``), as
     :func:`binomial_sum_p_value` gives (-1 read the last entry of the law and gave 1)."""
     probs = acceptances(probs).reshape(-1)  # a (1, 2) array counted 1 position
-    if not float(observed).is_integer():
-        raise ValueError(f"observed must be a whole number, got {observed!r}")
-    observed = int(observed)
+    observed = _observed(observed)
     if not 0 <= observed <= len(probs):
         return 0.0
     pmf = np.zeros(len(probs) + 1)
